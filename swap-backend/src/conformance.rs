@@ -1,0 +1,76 @@
+//! The behaviour every [`PageStore`] transport must show, as plain functions that panic on a
+//! violation. Each transport's tests call [`run_all`] on a fresh, empty store with room for at
+//! least [`MIN_CAPACITY_PAGES`] pages (`local`, `tcp`; `rdma` where a NIC exists).
+
+use crate::protocol::{MAX_BATCH, PAGE_SIZE};
+use crate::store::PageStore;
+
+/// Capacity the suite needs from the store under test.
+pub const MIN_CAPACITY_PAGES: u64 = 4 * MAX_BATCH as u64;
+
+/// A page whose every byte depends on its id and a version, so mixups are caught.
+pub fn pattern(id: u64, version: u8) -> Vec<u8> {
+    (0..PAGE_SIZE)
+        .map(|i| (id as usize).wrapping_mul(31).wrapping_add(i * 7) as u8 ^ version)
+        .collect()
+}
+
+fn pages(ids: &[u64], version: u8) -> Vec<u8> {
+    ids.iter().flat_map(|&id| pattern(id, version)).collect()
+}
+
+/// Runs the whole suite.
+pub fn run_all(store: &dyn PageStore) {
+    write_then_read_back(store);
+    overwrite_replaces(store);
+    batches_larger_than_a_frame(store);
+    read_order_follows_request(store);
+    free_then_read_fails(store);
+}
+
+pub fn write_then_read_back(store: &dyn PageStore) {
+    let ids = [0u64, 1, 7, 1 << 40];
+    store.write_pages(&ids, &pages(&ids, 1)).unwrap();
+    let mut out = vec![0u8; ids.len() * PAGE_SIZE];
+    store.read_pages(&ids, &mut out).unwrap();
+    assert!(out == pages(&ids, 1), "{}: bytes read back differ", store.describe());
+}
+
+pub fn overwrite_replaces(store: &dyn PageStore) {
+    let ids = [100u64, 101];
+    store.write_pages(&ids, &pages(&ids, 1)).unwrap();
+    store.write_pages(&ids[..1], &pages(&ids[..1], 2)).unwrap();
+    let mut out = vec![0u8; 2 * PAGE_SIZE];
+    store.read_pages(&ids, &mut out).unwrap();
+    assert!(out[..PAGE_SIZE] == pattern(100, 2)[..], "overwrite lost");
+    assert!(out[PAGE_SIZE..] == pattern(101, 1)[..], "neighbour changed");
+}
+
+pub fn batches_larger_than_a_frame(store: &dyn PageStore) {
+    let ids: Vec<u64> = (1000..1000 + 3 * MAX_BATCH as u64 + 17).collect();
+    store.write_pages(&ids, &pages(&ids, 3)).unwrap();
+    let mut out = vec![0u8; ids.len() * PAGE_SIZE];
+    store.read_pages(&ids, &mut out).unwrap();
+    assert!(out == pages(&ids, 3), "multi-frame batch corrupted");
+    store.free_pages(&ids).unwrap();
+}
+
+pub fn read_order_follows_request(store: &dyn PageStore) {
+    let ids = [5000u64, 5001, 5002];
+    store.write_pages(&ids, &pages(&ids, 4)).unwrap();
+    let rev = [5002u64, 5000, 5001];
+    let mut out = vec![0u8; 3 * PAGE_SIZE];
+    store.read_pages(&rev, &mut out).unwrap();
+    assert!(out == pages(&rev, 4), "pages returned out of request order");
+}
+
+pub fn free_then_read_fails(store: &dyn PageStore) {
+    store.write_pages(&[9000], &pattern(9000, 5)).unwrap();
+    store.free_pages(&[9000, 9001]).unwrap();
+    let mut out = vec![0u8; PAGE_SIZE];
+    let err = store.read_pages(&[9000], &mut out).unwrap_err();
+    assert!(
+        err.to_string().contains("9000"),
+        "error should name the page: {err}"
+    );
+}

@@ -1,0 +1,18 @@
+//! Where evicted heap pages go: the page protocol, the `PageStore` interface with its in-process
+//! and TCP implementations, and the memory server (`memliner server`).
+//!
+//! Data flows one way: the agent's pager calls a [`PageStore`]; nothing here knows about JVMs.
+
+#![deny(missing_debug_implementations)]
+#![warn(unsafe_code)]
+
+pub mod conformance;
+pub mod protocol;
+pub mod server;
+pub mod store;
+pub mod tcp;
+pub mod units;
+
+pub use protocol::PAGE_SIZE;
+pub use store::{LocalStore, PageStore, StoreError, StripedStore};
+pub use tcp::{TcpOptions, TcpStore};

@@ -1,0 +1,324 @@
+//! The memory server: holds pages for its clients in RAM, one namespace per client.
+//!
+//! One thread per connection. A namespace lives while at least one connection that said hello
+//! with its name is open; when the last one closes its pages are freed (the client that owned
+//! them is gone, so nobody can ask for them again). Capacity is shared by all namespaces and
+//! enforced on every write. A malformed frame or a failed connection closes that connection
+//! with a logged reason and never takes the server down.
+
+use std::collections::HashMap;
+use std::io::{BufReader, BufWriter, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::protocol::{self, code, read_frame, write_frame, FrameError, Op, PAGE_SIZE};
+
+/// How the server runs.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Bytes of page storage across all clients.
+    pub capacity_bytes: u64,
+    /// Clients must present this token in their hello; `None` accepts any.
+    pub token: Option<String>,
+    /// Log connection events and refused requests to stderr.
+    pub verbose: bool,
+}
+
+#[derive(Default)]
+struct Namespace {
+    pages: Mutex<HashMap<u64, Box<[u8]>>>,
+    connections: AtomicU64,
+}
+
+struct Shared {
+    config: ServerConfig,
+    capacity_pages: u64,
+    used_pages: AtomicU64,
+    pages_read: AtomicU64,
+    pages_written: AtomicU64,
+    namespaces: Mutex<HashMap<String, Arc<Namespace>>>,
+    stopping: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in one connection thread must not poison the server for the others.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running server; dropping the handle does not stop it, [`ServerHandle::stop`] does.
+pub struct ServerHandle {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Pages currently stored, across all namespaces.
+    pub fn pages_stored(&self) -> u64 {
+        self.shared.used_pages.load(Ordering::Relaxed)
+    }
+
+    /// Stops accepting connections and waits for the accept loop to end.
+    pub fn stop(mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // Wake the blocking accept with a throwaway connection.
+        let _ = TcpStream::connect(self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Blocks until the accept loop ends (for the `memliner server` foreground command).
+    pub fn wait(mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Binds `listen` and serves in background threads.
+pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle> {
+    let listener = TcpListener::bind(listen)?;
+    let addr = listener.local_addr()?;
+    let shared = Arc::new(Shared {
+        capacity_pages: config.capacity_bytes / PAGE_SIZE as u64,
+        config,
+        used_pages: AtomicU64::new(0),
+        pages_read: AtomicU64::new(0),
+        pages_written: AtomicU64::new(0),
+        namespaces: Mutex::new(HashMap::new()),
+        stopping: AtomicBool::new(false),
+    });
+    let s = shared.clone();
+    let thread = std::thread::Builder::new()
+        .name("memliner-accept".into())
+        .spawn(move || accept_loop(listener, s))?;
+    Ok(ServerHandle {
+        addr,
+        shared,
+        thread: Some(thread),
+    })
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    for stream in listener.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("memliner-server: accept failed: {e}");
+                continue;
+            }
+        };
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("memliner-conn".into())
+            .spawn(move || {
+                let peer = stream
+                    .peer_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_else(|_| "?".into());
+                if let Err(reason) = serve_connection(&s, stream) {
+                    if s.config.verbose || !reason.starts_with("closed") {
+                        eprintln!("memliner-server: connection from {peer} closed: {reason}");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("memliner-server: cannot start a connection thread: {e}");
+        }
+    }
+}
+
+/// Keeps a namespace's connection count and frees its pages with the last connection.
+struct Attachment<'a> {
+    shared: &'a Shared,
+    name: String,
+    ns: Arc<Namespace>,
+}
+
+impl Drop for Attachment<'_> {
+    fn drop(&mut self) {
+        let mut all = lock(&self.shared.namespaces);
+        if self.ns.connections.fetch_sub(1, Ordering::SeqCst) == 1 {
+            all.remove(&self.name);
+            let freed = lock(&self.ns.pages).drain().count() as u64;
+            self.shared.used_pages.fetch_sub(freed, Ordering::SeqCst);
+        }
+    }
+}
+
+fn send_error(w: &mut impl Write, request: u64, code: u16, msg: &str) -> std::io::Result<()> {
+    write_frame(w, Op::Error, request, &[&code.to_le_bytes(), msg.as_bytes()])
+}
+
+fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone().map_err(|e| e.to_string())?);
+    let mut writer = BufWriter::with_capacity(256 << 10, stream);
+    let mut payload = Vec::new();
+    let io = |e: std::io::Error| e.to_string();
+
+    let read = |reader: &mut BufReader<TcpStream>, payload: &mut Vec<u8>| match read_frame(
+        reader, payload,
+    ) {
+        Ok(h) => Ok(Some(h)),
+        Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e.to_string()),
+    };
+
+    // Hello first.
+    let Some(h) = read(&mut reader, &mut payload)? else {
+        return Err("closed before hello".into());
+    };
+    if h.op != Op::Hello {
+        let _ = send_error(&mut writer, h.request, code::BAD_REQUEST, "expected hello");
+        let _ = writer.flush();
+        return Err(format!("first frame was {:?}, not hello", h.op));
+    }
+    let (token, rest) = protocol::decode_str(&payload)?;
+    let (name, _) = protocol::decode_str(rest)?;
+    if let Some(expected) = &shared.config.token {
+        if &token != expected {
+            let _ = send_error(&mut writer, h.request, code::AUTH, "bad token");
+            let _ = writer.flush();
+            return Err("bad token".into());
+        }
+    }
+    let ns = {
+        let mut all = lock(&shared.namespaces);
+        let ns = all.entry(name.clone()).or_default().clone();
+        ns.connections.fetch_add(1, Ordering::SeqCst);
+        ns
+    };
+    let _attachment = Attachment {
+        shared,
+        name: name.clone(),
+        ns: ns.clone(),
+    };
+    let mut ok = Vec::with_capacity(12);
+    ok.extend_from_slice(&(PAGE_SIZE as u32).to_le_bytes());
+    ok.extend_from_slice(&shared.capacity_pages.to_le_bytes());
+    write_frame(&mut writer, Op::HelloOk, h.request, &[&ok]).map_err(io)?;
+    writer.flush().map_err(io)?;
+    if shared.config.verbose {
+        eprintln!("memliner-server: client attached to namespace '{name}'");
+    }
+
+    let mut out = Vec::new();
+    loop {
+        // Flush replies only when no further request is already buffered: pipelined requests
+        // get their replies in one write.
+        if reader.buffer().is_empty() {
+            writer.flush().map_err(io)?;
+        }
+        let Some(h) = read(&mut reader, &mut payload)? else {
+            writer.flush().map_err(io)?;
+            return Err("closed by client".into());
+        };
+        match h.op {
+            Op::Read => {
+                let (ids, _) = protocol::decode_ids(&payload)?;
+                out.clear();
+                let missing = {
+                    let pages = lock(&ns.pages);
+                    let mut missing = None;
+                    for id in &ids {
+                        match pages.get(id) {
+                            Some(p) => out.extend_from_slice(p),
+                            None => {
+                                missing = Some(*id);
+                                break;
+                            }
+                        }
+                    }
+                    missing
+                };
+                if let Some(id) = missing {
+                    let msg = format!("page {id} is not stored in namespace '{name}'");
+                    send_error(&mut writer, h.request, code::NOT_FOUND, &msg).map_err(io)?;
+                    continue;
+                }
+                shared.pages_read.fetch_add(ids.len() as u64, Ordering::Relaxed);
+                write_frame(&mut writer, Op::ReadOk, h.request, &[&out]).map_err(io)?;
+            }
+            Op::Write => {
+                let (ids, data) = protocol::decode_ids(&payload)?;
+                if data.len() != ids.len() * PAGE_SIZE {
+                    return Err(format!(
+                        "write of {} pages carries {} data bytes",
+                        ids.len(),
+                        data.len()
+                    ));
+                }
+                let mut pages = lock(&ns.pages);
+                let new = ids.iter().filter(|id| !pages.contains_key(id)).count() as u64;
+                let reserved = shared
+                    .used_pages
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+                        (u + new <= shared.capacity_pages).then_some(u + new)
+                    });
+                if reserved.is_err() {
+                    drop(pages);
+                    let msg = format!(
+                        "capacity of {} pages ({} MiB) exhausted",
+                        shared.capacity_pages,
+                        shared.capacity_pages * PAGE_SIZE as u64 >> 20
+                    );
+                    send_error(&mut writer, h.request, code::CAPACITY, &msg).map_err(io)?;
+                    continue;
+                }
+                for (id, src) in ids.iter().zip(data.chunks_exact(PAGE_SIZE)) {
+                    match pages.get_mut(id) {
+                        Some(p) => p.copy_from_slice(src),
+                        None => {
+                            pages.insert(*id, src.into());
+                        }
+                    }
+                }
+                drop(pages);
+                shared
+                    .pages_written
+                    .fetch_add(ids.len() as u64, Ordering::Relaxed);
+                write_frame(&mut writer, Op::WriteOk, h.request, &[]).map_err(io)?;
+            }
+            Op::Free => {
+                let (ids, _) = protocol::decode_ids(&payload)?;
+                let freed = {
+                    let mut pages = lock(&ns.pages);
+                    ids.iter().filter(|id| pages.remove(id).is_some()).count() as u64
+                };
+                shared.used_pages.fetch_sub(freed, Ordering::SeqCst);
+                write_frame(&mut writer, Op::FreeOk, h.request, &[]).map_err(io)?;
+            }
+            Op::Stats => {
+                let stats = protocol::ServerStats {
+                    pages_stored: shared.used_pages.load(Ordering::Relaxed),
+                    capacity_pages: shared.capacity_pages,
+                    namespaces: lock(&shared.namespaces).len() as u64,
+                    pages_read: shared.pages_read.load(Ordering::Relaxed),
+                    pages_written: shared.pages_written.load(Ordering::Relaxed),
+                };
+                write_frame(&mut writer, Op::StatsOk, h.request, &[&stats.encode()]).map_err(io)?;
+            }
+            other => {
+                let _ = send_error(&mut writer, h.request, code::BAD_REQUEST, "unexpected op");
+                let _ = writer.flush();
+                return Err(format!("unexpected {other:?} frame from a client"));
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle").field("addr", &self.addr).finish()
+    }
+}

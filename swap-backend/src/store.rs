@@ -1,0 +1,244 @@
+//! The `PageStore` interface the pager writes evicted pages to and reads them back from, the
+//! in-process store, and the striping store that spreads pages over several servers.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+
+use crate::protocol::PAGE_SIZE;
+
+/// Why a store operation failed. Every message names the store so that a fatal stop can say
+/// which server lost a page.
+#[derive(Debug)]
+pub enum StoreError {
+    /// The connection to the server failed or closed.
+    Io { store: String, error: std::io::Error },
+    /// The server refused the request with an error frame.
+    Refused {
+        store: String,
+        code: u16,
+        message: String,
+    },
+    /// The server's reply does not fit the protocol.
+    Protocol { store: String, message: String },
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Io { store, error } => write!(f, "memory server {store}: {error}"),
+            StoreError::Refused { store, message, .. } => {
+                write!(f, "memory server {store} refused: {message}")
+            }
+            StoreError::Protocol { store, message } => {
+                write!(f, "memory server {store}: protocol error: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// Remote page storage addressed by page id (the page's index within the paged region).
+///
+/// Implementations are shared by all fault-handler threads; each call is one synchronous,
+/// internally pipelined batch.
+pub trait PageStore: Send + Sync {
+    /// Reads `ids.len()` pages into `out` (`ids.len() * PAGE_SIZE` bytes), in order.
+    fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError>;
+    /// Writes `ids.len()` pages from `data`, in order, replacing earlier contents.
+    fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError>;
+    /// Forgets pages (a missing id is not an error).
+    fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError>;
+    /// Where the pages live, for messages: `tcp://127.0.0.1:7070`, `local`.
+    fn describe(&self) -> String;
+    /// Which store holds `id`: the same as `describe` unless the store spreads pages.
+    fn describe_page(&self, _id: u64) -> String {
+        self.describe()
+    }
+}
+
+/// Pages in this process's memory: for tests, the embedded demo, and the server's own storage.
+pub struct LocalStore {
+    capacity_pages: u64,
+    pages: Mutex<HashMap<u64, Box<[u8]>>>,
+}
+
+impl LocalStore {
+    pub fn new(capacity_pages: u64) -> Self {
+        LocalStore {
+            capacity_pages,
+            pages: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.pages.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn err(&self, code: u16, message: String) -> StoreError {
+        StoreError::Refused {
+            store: self.describe(),
+            code,
+            message,
+        }
+    }
+}
+
+impl PageStore for LocalStore {
+    fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
+        assert_eq!(out.len(), ids.len() * PAGE_SIZE);
+        let pages = self.pages.lock().unwrap();
+        for (id, dst) in ids.iter().zip(out.chunks_exact_mut(PAGE_SIZE)) {
+            match pages.get(id) {
+                Some(p) => dst.copy_from_slice(p),
+                None => {
+                    return Err(self.err(
+                        crate::protocol::code::NOT_FOUND,
+                        format!("page {id} was never written"),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
+        assert_eq!(data.len(), ids.len() * PAGE_SIZE);
+        let mut pages = self.pages.lock().unwrap();
+        let new = ids.iter().filter(|id| !pages.contains_key(id)).count() as u64;
+        if pages.len() as u64 + new > self.capacity_pages {
+            return Err(self.err(
+                crate::protocol::code::CAPACITY,
+                format!("capacity of {} pages exhausted", self.capacity_pages),
+            ));
+        }
+        for (id, src) in ids.iter().zip(data.chunks_exact(PAGE_SIZE)) {
+            match pages.get_mut(id) {
+                Some(p) => p.copy_from_slice(src),
+                None => {
+                    pages.insert(*id, src.into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
+        let mut pages = self.pages.lock().unwrap();
+        for id in ids {
+            pages.remove(id);
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        "local".into()
+    }
+}
+
+/// Spreads pages over several stores in stripes of [`StripedStore::STRIPE_PAGES`] pages, so that
+/// capacity and bandwidth add up while neighbouring pages still travel in one batch.
+pub struct StripedStore {
+    stores: Vec<Box<dyn PageStore>>,
+}
+
+impl StripedStore {
+    pub const STRIPE_PAGES: u64 = 64;
+
+    /// `stores` must not be empty.
+    pub fn new(stores: Vec<Box<dyn PageStore>>) -> Self {
+        assert!(!stores.is_empty());
+        StripedStore { stores }
+    }
+
+    fn index(&self, id: u64) -> usize {
+        ((id / Self::STRIPE_PAGES) % self.stores.len() as u64) as usize
+    }
+
+    /// Splits a batch by store: for each store, the positions in `ids` that it holds.
+    fn split(&self, ids: &[u64]) -> Vec<Vec<usize>> {
+        let mut parts = vec![Vec::new(); self.stores.len()];
+        for (pos, id) in ids.iter().enumerate() {
+            parts[self.index(*id)].push(pos);
+        }
+        parts
+    }
+}
+
+impl PageStore for StripedStore {
+    fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
+        if self.stores.len() == 1 {
+            return self.stores[0].read_pages(ids, out);
+        }
+        for (store, positions) in self.stores.iter().zip(self.split(ids)) {
+            if positions.is_empty() {
+                continue;
+            }
+            let sub: Vec<u64> = positions.iter().map(|&p| ids[p]).collect();
+            let mut buf = vec![0u8; sub.len() * PAGE_SIZE];
+            store.read_pages(&sub, &mut buf)?;
+            for (i, &p) in positions.iter().enumerate() {
+                out[p * PAGE_SIZE..(p + 1) * PAGE_SIZE]
+                    .copy_from_slice(&buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
+        if self.stores.len() == 1 {
+            return self.stores[0].write_pages(ids, data);
+        }
+        for (store, positions) in self.stores.iter().zip(self.split(ids)) {
+            if positions.is_empty() {
+                continue;
+            }
+            let sub: Vec<u64> = positions.iter().map(|&p| ids[p]).collect();
+            let mut buf = Vec::with_capacity(sub.len() * PAGE_SIZE);
+            for &p in &positions {
+                buf.extend_from_slice(&data[p * PAGE_SIZE..(p + 1) * PAGE_SIZE]);
+            }
+            store.write_pages(&sub, &buf)?;
+        }
+        Ok(())
+    }
+
+    fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
+        for (store, positions) in self.stores.iter().zip(self.split(ids)) {
+            if !positions.is_empty() {
+                let sub: Vec<u64> = positions.iter().map(|&p| ids[p]).collect();
+                store.free_pages(&sub)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        self.stores
+            .iter()
+            .map(|s| s.describe())
+            .collect::<Vec<_>>()
+            .join("+")
+    }
+
+    fn describe_page(&self, id: u64) -> String {
+        self.stores[self.index(id)].describe()
+    }
+}
+
+impl std::fmt::Debug for LocalStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalStore").field("pages", &self.len()).finish()
+    }
+}
+
+impl std::fmt::Debug for StripedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StripedStore").field("stores", &self.describe()).finish()
+    }
+}

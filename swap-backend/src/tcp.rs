@@ -1,0 +1,276 @@
+//! TCP client for the memory server: a small pool of connections, each pipelining up to
+//! [`WINDOW`] frames before it waits for the first reply.
+
+use std::io::{BufReader, BufWriter, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::protocol::{self, code, read_frame, write_frame, Op, MAX_BATCH, PAGE_SIZE};
+use crate::store::{PageStore, StoreError};
+
+/// Frames in flight per connection. Replies to reads are large and requests to writes are large,
+/// never both, so a bounded window cannot deadlock on full socket buffers.
+pub const WINDOW: usize = 8;
+
+struct Conn {
+    reader: BufReader<TcpStream>,
+    writer: BufWriter<TcpStream>,
+    next_request: u64,
+}
+
+/// Options for connecting to a memory server.
+#[derive(Clone, Debug, Default)]
+pub struct TcpOptions {
+    /// Shared secret the server was started with (`--token`); empty for none.
+    pub token: String,
+    /// This client's namespace on the server: all connections of one client share it.
+    pub namespace: String,
+    /// How many connections to keep (one per concurrent caller, e.g. fault-handler threads).
+    pub connections: usize,
+}
+
+/// A [`PageStore`] on a memory server reached over TCP.
+pub struct TcpStore {
+    addr: String,
+    options: TcpOptions,
+    pool: Vec<Mutex<Option<Conn>>>,
+    capacity_pages: u64,
+}
+
+impl TcpStore {
+    /// Connects (one connection now, the rest on first use) and says hello.
+    pub fn connect(addr: &str, options: TcpOptions) -> Result<TcpStore, StoreError> {
+        let mut store = TcpStore {
+            addr: addr.to_string(),
+            pool: (0..options.connections.max(1))
+                .map(|_| Mutex::new(None))
+                .collect(),
+            options,
+            capacity_pages: 0,
+        };
+        let (conn, capacity) = store.open()?;
+        store.capacity_pages = capacity;
+        *store.pool[0].lock().unwrap() = Some(conn);
+        Ok(store)
+    }
+
+    /// Pages the server can hold in all (across all its clients).
+    pub fn capacity_pages(&self) -> u64 {
+        self.capacity_pages
+    }
+
+    fn io(&self, error: std::io::Error) -> StoreError {
+        StoreError::Io {
+            store: self.describe(),
+            error,
+        }
+    }
+
+    fn protocol_error(&self, message: String) -> StoreError {
+        StoreError::Protocol {
+            store: self.describe(),
+            message,
+        }
+    }
+
+    fn frame_error(&self, e: protocol::FrameError) -> StoreError {
+        match e {
+            protocol::FrameError::Io(e) => self.io(e),
+            protocol::FrameError::Malformed(m) => self.protocol_error(m),
+        }
+    }
+
+    fn refused(&self, payload: &[u8]) -> StoreError {
+        let code = if payload.len() >= 2 {
+            u16::from_le_bytes([payload[0], payload[1]])
+        } else {
+            0
+        };
+        let message = String::from_utf8_lossy(payload.get(2..).unwrap_or(&[])).into_owned();
+        StoreError::Refused {
+            store: self.describe(),
+            code,
+            message,
+        }
+    }
+
+    fn open(&self) -> Result<(Conn, u64), StoreError> {
+        let addrs: Vec<_> = self
+            .addr
+            .to_socket_addrs()
+            .map_err(|e| self.io(e))?
+            .collect();
+        let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+        let mut stream = None;
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, Duration::from_secs(5)) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = e,
+            }
+        }
+        let stream = stream.ok_or_else(|| self.io(last))?;
+        stream.set_nodelay(true).map_err(|e| self.io(e))?;
+        let mut conn = Conn {
+            reader: BufReader::with_capacity(256 << 10, stream.try_clone().map_err(|e| self.io(e))?),
+            writer: BufWriter::with_capacity(256 << 10, stream),
+            next_request: 1,
+        };
+        let mut hello = Vec::new();
+        protocol::encode_str(&mut hello, &self.options.token);
+        protocol::encode_str(&mut hello, &self.options.namespace);
+        write_frame(&mut conn.writer, Op::Hello, 0, &[&hello]).map_err(|e| self.io(e))?;
+        conn.writer.flush().map_err(|e| self.io(e))?;
+        let mut payload = Vec::new();
+        let h = read_frame(&mut conn.reader, &mut payload).map_err(|e| self.frame_error(e))?;
+        match h.op {
+            Op::HelloOk if payload.len() >= 12 => {
+                let page = u32::from_le_bytes(payload[0..4].try_into().unwrap());
+                if page as usize != PAGE_SIZE {
+                    return Err(self.protocol_error(format!(
+                        "server pages are {page} bytes, this client's are {PAGE_SIZE}"
+                    )));
+                }
+                Ok((conn, u64::from_le_bytes(payload[4..12].try_into().unwrap())))
+            }
+            Op::Error => Err(self.refused(&payload)),
+            _ => Err(self.protocol_error(format!("unexpected {:?} in reply to hello", h.op))),
+        }
+    }
+
+    /// Runs `f` on a free pooled connection (opening it if needed). A connection that failed is
+    /// dropped, so that a later call reconnects rather than read a stale reply.
+    fn with_conn<T>(
+        &self,
+        f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let slot = self
+            .pool
+            .iter()
+            .find_map(|m| m.try_lock().ok())
+            .map_or_else(|| self.pool[0].lock().unwrap(), |g| g);
+        let mut slot = slot;
+        if slot.is_none() {
+            *slot = Some(self.open()?.0);
+        }
+        let result = f(slot.as_mut().unwrap());
+        if result.is_err() {
+            *slot = None;
+        }
+        result
+    }
+
+    /// Sends `requests` (op + payload pieces) with at most [`WINDOW`] in flight and hands each
+    /// reply payload, in order, to `on_reply` after checking it has the `expect`ed op.
+    fn pipeline(
+        &self,
+        conn: &mut Conn,
+        requests: &[(Op, Vec<&[u8]>)],
+        expect: Op,
+        mut on_reply: impl FnMut(usize, &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let first = conn.next_request;
+        conn.next_request += requests.len() as u64;
+        let mut sent = 0;
+        let mut payload = Vec::new();
+        for done in 0..requests.len() {
+            while sent < requests.len() && sent < done + WINDOW {
+                let (op, parts) = &requests[sent];
+                write_frame(&mut conn.writer, *op, first + sent as u64, parts)
+                    .map_err(|e| self.io(e))?;
+                sent += 1;
+            }
+            conn.writer.flush().map_err(|e| self.io(e))?;
+            let h = read_frame(&mut conn.reader, &mut payload).map_err(|e| self.frame_error(e))?;
+            if h.op == Op::Error {
+                return Err(self.refused(&payload));
+            }
+            if h.op != expect || h.request != first + done as u64 {
+                return Err(self.protocol_error(format!(
+                    "expected {expect:?} for request {}, got {:?} for {}",
+                    first + done as u64,
+                    h.op,
+                    h.request
+                )));
+            }
+            on_reply(done, &payload)?;
+        }
+        Ok(())
+    }
+
+    /// Server-side counters.
+    pub fn server_stats(&self) -> Result<protocol::ServerStats, StoreError> {
+        self.with_conn(|conn| {
+            let mut stats = None;
+            self.pipeline(conn, &[(Op::Stats, vec![])], Op::StatsOk, |_, p| {
+                stats = protocol::ServerStats::decode(p);
+                Ok(())
+            })?;
+            stats.ok_or_else(|| self.protocol_error("short stats reply".into()))
+        })
+    }
+}
+
+impl PageStore for TcpStore {
+    fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
+        assert_eq!(out.len(), ids.len() * PAGE_SIZE);
+        let encoded: Vec<Vec<u8>> = ids.chunks(MAX_BATCH).map(protocol::encode_ids).collect();
+        let requests: Vec<(Op, Vec<&[u8]>)> = encoded
+            .iter()
+            .map(|e| (Op::Read, vec![e.as_slice()]))
+            .collect();
+        self.with_conn(|conn| {
+            let mut chunks = out.chunks_mut(MAX_BATCH * PAGE_SIZE);
+            self.pipeline(conn, &requests, Op::ReadOk, |_, payload| {
+                let dst = chunks.next().unwrap();
+                if payload.len() != dst.len() {
+                    return Err(self.protocol_error(format!(
+                        "read reply of {} bytes for {} pages",
+                        payload.len(),
+                        dst.len() / PAGE_SIZE
+                    )));
+                }
+                dst.copy_from_slice(payload);
+                Ok(())
+            })
+        })
+    }
+
+    fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
+        assert_eq!(data.len(), ids.len() * PAGE_SIZE);
+        let encoded: Vec<Vec<u8>> = ids.chunks(MAX_BATCH).map(protocol::encode_ids).collect();
+        let requests: Vec<(Op, Vec<&[u8]>)> = encoded
+            .iter()
+            .zip(data.chunks(MAX_BATCH * PAGE_SIZE))
+            .map(|(e, d)| (Op::Write, vec![e.as_slice(), d]))
+            .collect();
+        self.with_conn(|conn| self.pipeline(conn, &requests, Op::WriteOk, |_, _| Ok(())))
+    }
+
+    fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
+        let encoded: Vec<Vec<u8>> = ids.chunks(MAX_BATCH).map(protocol::encode_ids).collect();
+        let requests: Vec<(Op, Vec<&[u8]>)> = encoded
+            .iter()
+            .map(|e| (Op::Free, vec![e.as_slice()]))
+            .collect();
+        self.with_conn(|conn| self.pipeline(conn, &requests, Op::FreeOk, |_, _| Ok(())))
+    }
+
+    fn describe(&self) -> String {
+        format!("tcp://{}", self.addr)
+    }
+}
+
+/// True if `e` is the server saying it is out of room.
+pub fn is_capacity_error(e: &StoreError) -> bool {
+    matches!(e, StoreError::Refused { code: c, .. } if *c == code::CAPACITY)
+}
+
+impl std::fmt::Debug for TcpStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpStore").field("addr", &self.addr).finish()
+    }
+}

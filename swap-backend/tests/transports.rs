@@ -1,0 +1,158 @@
+//! Conformance of every transport, and the server's isolation and robustness, over real sockets.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use swap_backend::conformance::{self, pattern, MIN_CAPACITY_PAGES};
+use swap_backend::server::{self, ServerConfig, ServerHandle};
+use swap_backend::{LocalStore, PageStore, StripedStore, TcpOptions, TcpStore, PAGE_SIZE};
+
+fn start(capacity_pages: u64, token: Option<&str>) -> ServerHandle {
+    server::spawn(
+        "127.0.0.1:0",
+        ServerConfig {
+            capacity_bytes: capacity_pages * PAGE_SIZE as u64,
+            token: token.map(str::to_string),
+            verbose: false,
+        },
+    )
+    .unwrap()
+}
+
+fn client(s: &ServerHandle, ns: &str, token: &str) -> TcpStore {
+    TcpStore::connect(
+        &s.local_addr().to_string(),
+        TcpOptions {
+            token: token.into(),
+            namespace: ns.into(),
+            connections: 2,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn local_store_conforms() {
+    conformance::run_all(&LocalStore::new(MIN_CAPACITY_PAGES));
+}
+
+#[test]
+fn tcp_store_conforms() {
+    let s = start(MIN_CAPACITY_PAGES, None);
+    conformance::run_all(&client(&s, "a", ""));
+}
+
+#[test]
+fn striped_store_over_two_servers_conforms_and_spreads_pages() {
+    let (a, b) = (start(MIN_CAPACITY_PAGES, None), start(MIN_CAPACITY_PAGES, None));
+    let striped = StripedStore::new(vec![Box::new(client(&a, "x", "")), Box::new(client(&b, "x", ""))]);
+    conformance::run_all(&striped);
+    let ids: Vec<u64> = (0..256).collect();
+    let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 9)).collect();
+    striped.write_pages(&ids, &data).unwrap();
+    assert!(a.pages_stored() >= 128 && b.pages_stored() >= 128);
+    assert_ne!(striped.describe_page(0), striped.describe_page(64));
+}
+
+#[test]
+fn namespaces_are_isolated_and_freed_with_their_last_connection() {
+    let s = start(MIN_CAPACITY_PAGES, None);
+    let a = client(&s, "a", "");
+    let b = client(&s, "b", "");
+    a.write_pages(&[1], &pattern(1, 1)).unwrap();
+    b.write_pages(&[1], &pattern(1, 2)).unwrap();
+    let mut out = vec![0u8; PAGE_SIZE];
+    a.read_pages(&[1], &mut out).unwrap();
+    assert_eq!(out, pattern(1, 1));
+    b.read_pages(&[1], &mut out).unwrap();
+    assert_eq!(out, pattern(1, 2));
+    assert_eq!(b.server_stats().unwrap().namespaces, 2);
+    drop(a);
+    // The server frees a's page when it sees the close; poll its counter through b.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while b.server_stats().unwrap().pages_stored != 1 {
+        assert!(std::time::Instant::now() < deadline, "namespace a never freed");
+        std::thread::yield_now();
+    }
+    assert_eq!(b.server_stats().unwrap().namespaces, 1);
+}
+
+#[test]
+fn capacity_is_enforced_with_a_clear_error() {
+    let s = start(4, None);
+    let c = client(&s, "a", "");
+    let ids = [1u64, 2, 3, 4];
+    let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 0)).collect();
+    c.write_pages(&ids, &data).unwrap();
+    // Overwrites need no new room.
+    c.write_pages(&ids, &data).unwrap();
+    let err = c.write_pages(&[5], &pattern(5, 0)).unwrap_err();
+    assert!(swap_backend::tcp::is_capacity_error(&err), "{err}");
+    assert!(err.to_string().contains("capacity of 4 pages"), "{err}");
+    assert!(err.to_string().contains(&s.local_addr().to_string()), "{err}");
+    c.free_pages(&[1]).unwrap();
+    c.write_pages(&[5], &pattern(5, 0)).unwrap();
+}
+
+#[test]
+fn wrong_token_is_refused() {
+    let s = start(16, Some("sesame"));
+    let err = TcpStore::connect(
+        &s.local_addr().to_string(),
+        TcpOptions {
+            token: "guess".into(),
+            namespace: "a".into(),
+            connections: 1,
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("bad token"), "{err}");
+    client(&s, "a", "sesame").write_pages(&[1], &pattern(1, 0)).unwrap();
+}
+
+#[test]
+fn unreachable_server_error_names_it() {
+    let s = start(16, None);
+    let addr = s.local_addr().to_string();
+    s.stop();
+    let err = TcpStore::connect(&addr, TcpOptions::default()).unwrap_err();
+    assert!(err.to_string().contains(&addr), "{err}");
+}
+
+fn raw_exchange(s: &ServerHandle, bytes: &[u8]) -> Vec<u8> {
+    let mut c = TcpStream::connect(s.local_addr()).unwrap();
+    c.write_all(bytes).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut back = Vec::new();
+    let _ = c.read_to_end(&mut back);
+    back
+}
+
+#[test]
+fn malformed_frames_close_only_that_connection() {
+    let s = start(MIN_CAPACITY_PAGES, None);
+    let good = client(&s, "survivor", "");
+    good.write_pages(&[3], &pattern(3, 3)).unwrap();
+
+    // Garbage, a wrong version, an oversized length, a truncated frame, a request before hello,
+    // and a hello followed by a read with a lying page count.
+    let mut hello = swap_backend::protocol::Header { op: swap_backend::protocol::Op::Hello, flags: 0, request: 0, len: 4 }.encode().to_vec();
+    hello.extend_from_slice(&[0, 0, 0, 0]);
+    let mut lying_read = hello.clone();
+    lying_read.extend_from_slice(&swap_backend::protocol::Header { op: swap_backend::protocol::Op::Read, flags: 0, request: 1, len: 4 }.encode());
+    lying_read.extend_from_slice(&100u32.to_le_bytes());
+    let mut bad_version = hello.clone();
+    bad_version[4] = 77;
+    let mut huge = hello.clone();
+    huge[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+    let early_read = swap_backend::protocol::Header { op: swap_backend::protocol::Op::Read, flags: 0, request: 1, len: 0 }.encode();
+    for junk in [&b"GET / HTTP/1.1\r\n\r\n"[..], &bad_version, &huge, &hello[..10], &early_read, &lying_read] {
+        raw_exchange(&s, junk);
+    }
+
+    let mut out = vec![0u8; PAGE_SIZE];
+    good.read_pages(&[3], &mut out).unwrap();
+    assert_eq!(out, pattern(3, 3));
+    // And new clients still get served.
+    conformance::write_then_read_back(&client(&s, "late", ""));
+}
