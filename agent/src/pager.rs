@@ -1,0 +1,1098 @@
+//! The user-space pager: serves faults on a registered region from a local budget of resident
+//! pages, evicting to a [`PageStore`] when the budget is full.
+//!
+//! # Page states
+//! ```text
+//! Untouched --first touch (zero fill)--> CleanZero (read) | Dirty (write)
+//! Remote    --fetch------------------->  Clean (read)     | Dirty (write)
+//! Clean/CleanZero --write (WP fault)---> Dirty
+//! any resident    --eviction---------->  Busy --> Remote (written back or still valid)
+//!                                              --> Untouched (all-zero content)
+//! ```
+//! Pages are mapped write-protected after a read fault, so the first write is seen (a WP fault)
+//! and a page that was only read is dropped at eviction without a write-back. A page whose
+//! content is all zeros at eviction goes back to `Untouched` and costs no remote space.
+//!
+//! # Eviction is race-free
+//! 1. claim the victim (`Busy`), 2. write-protect it if dirty (writers now block in a WP fault),
+//! 3. copy it out and write it back, 4. `MADV_DONTNEED`, 5. mark it `Remote`. A writer blocked in
+//! step 2 is woken when its WP fault is read after step 5 and re-faults as MISSING, which
+//! fetches the written-back copy. Readers during 2-4 read the unchanged page; readers after 4
+//! fault as MISSING and are served once the page is `Remote`. `mprotect` is never used: HotSpot's
+//! SIGSEGV handler would see it.
+//!
+//! # Races between handler threads
+//! Each fault claims its page with a compare-and-swap to `Busy`; a handler that finds a page
+//! `Busy` (another handler is fetching or evicting it) retries that fault after its batch.
+//!
+//! # Rules the handler keeps
+//! It never touches a page that is not resident (it would wait on itself), runs with every
+//! signal blocked, and stops the process with a fatal message rather than map wrong bytes.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use swap_backend::{PageStore, PAGE_SIZE};
+
+use crate::uffd::{self, CopyOutcome, Event, Uffd};
+
+const UNTOUCHED: u8 = 0;
+const REMOTE: u8 = 1;
+const CLEAN_ZERO: u8 = 2;
+const CLEAN: u8 = 3;
+const DIRTY: u8 = 4;
+const BUSY: u8 = 5;
+
+fn is_resident(s: u8) -> bool {
+    matches!(s, CLEAN_ZERO | CLEAN | DIRTY)
+}
+
+/// Who faulted, as the pager counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ThreadClass {
+    /// Java threads.
+    Application = 0,
+    /// Stop-the-world GC workers.
+    Gc = 1,
+    /// Concurrent GC threads: markers, refinement, concurrent workers.
+    GcConcurrent = 2,
+    /// JIT compiler threads.
+    Jit = 3,
+    /// The VM thread and other VM-internal threads.
+    Vm = 4,
+    /// Anything else (native threads, threads not yet known).
+    Other = 5,
+}
+
+impl ThreadClass {
+    pub const ALL: [ThreadClass; 6] = [
+        ThreadClass::Application,
+        ThreadClass::Gc,
+        ThreadClass::GcConcurrent,
+        ThreadClass::Jit,
+        ThreadClass::Vm,
+        ThreadClass::Other,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ThreadClass::Application => "application",
+            ThreadClass::Gc => "gc",
+            ThreadClass::GcConcurrent => "gc-concurrent",
+            ThreadClass::Jit => "jit",
+            ThreadClass::Vm => "vm",
+            ThreadClass::Other => "other",
+        }
+    }
+
+    pub fn is_gc(self) -> bool {
+        matches!(self, ThreadClass::Gc | ThreadClass::GcConcurrent)
+    }
+}
+
+/// Tells the pager which class a faulting thread belongs to.
+pub trait ThreadClassifier: Send + Sync {
+    /// Called on the fault path for threads not yet cached; may be slow (reads /proc).
+    fn kind_of(&self, tid: u32) -> ThreadKind;
+    /// Whether a stop-the-world GC pause is in progress (decides `GcWorker` faults).
+    fn in_gc_pause(&self) -> bool {
+        false
+    }
+}
+
+/// A thread's role as far as can be told once and cached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadKind {
+    Fixed(ThreadClass),
+    /// A GC worker that runs both inside pauses and concurrently (Shenandoah, G1 workers).
+    GcWorker,
+    /// Not known yet (a Java thread may not have announced itself): ask again next time.
+    Unknown,
+}
+
+/// Why a fault was served the way it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// First touch: zero-filled locally, no network.
+    Zero = 0,
+    /// Fetched from the page store.
+    Remote = 1,
+    /// First write to a page mapped write-protected (dirtiness tracking).
+    Write = 2,
+    /// A duplicate or stale message: the page was already there.
+    Stale = 3,
+}
+
+pub const FAULT_KINDS: [FaultKind; 4] = [
+    FaultKind::Zero,
+    FaultKind::Remote,
+    FaultKind::Write,
+    FaultKind::Stale,
+];
+
+impl FaultKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Zero => "zero",
+            FaultKind::Remote => "remote",
+            FaultKind::Write => "write",
+            FaultKind::Stale => "stale",
+        }
+    }
+}
+
+/// Counters kept by the pager; read at any time for stats.
+#[derive(Debug, Default)]
+pub struct PagerCounters {
+    /// faults[class][kind]
+    pub faults: [[AtomicU64; 4]; 6],
+    pub pages_read: AtomicU64,
+    pub pages_written: AtomicU64,
+    pub pages_freed_remote: AtomicU64,
+    pub evicted_clean: AtomicU64,
+    pub evicted_dirty: AtomicU64,
+    pub evicted_zero: AtomicU64,
+    pub zero_filled_ahead: AtomicU64,
+    pub unmap_events: AtomicU64,
+    pub budget_overruns: AtomicU64,
+}
+
+/// Latency histograms (nanoseconds), handler-side: from reading the fault to mapping the page.
+#[derive(Debug)]
+pub struct Latencies {
+    pub all: Histogram<u64>,
+    pub remote: Histogram<u64>,
+}
+
+impl Latencies {
+    fn new() -> Self {
+        Latencies {
+            all: Histogram::new_with_bounds(1, 60_000_000_000, 2).unwrap(),
+            remote: Histogram::new_with_bounds(1, 60_000_000_000, 2).unwrap(),
+        }
+    }
+}
+
+/// How the pager runs.
+#[derive(Clone, Debug)]
+pub struct PagerConfig {
+    /// Most pages resident at once.
+    pub budget_pages: usize,
+    /// Fault-handler threads.
+    pub handlers: usize,
+    /// Untouched pages zero-filled behind a first-touch write (allocation runs forward).
+    pub fill_ahead: usize,
+    /// Victims per eviction batch.
+    pub evict_batch: usize,
+}
+
+impl Default for PagerConfig {
+    fn default() -> Self {
+        PagerConfig {
+            budget_pages: 1024,
+            handlers: 1,
+            fill_ahead: 15,
+            evict_batch: 64,
+        }
+    }
+}
+
+/// Called when a page cannot be served correctly; must not return (the agent exits the JVM).
+pub type FatalFn = fn(&str) -> !;
+
+struct Shared {
+    uffd: Uffd,
+    base: usize,
+    npages: usize,
+    state: Box<[AtomicU8]>,
+    /// One byte per page, 0 = resident: the GC hooks' view (see gc-hooks).
+    residency: Box<[AtomicU8]>,
+    /// The store holds a copy of the page (current if the page is Clean or Remote).
+    stored: Box<[AtomicBool]>,
+    /// Second-chance bit for the eviction queue.
+    referenced: Box<[AtomicBool]>,
+    resident: AtomicUsize,
+    peak_resident: AtomicUsize,
+    config: PagerConfig,
+    store: Box<dyn PageStore>,
+    /// Resident pages in the order they came in (FIFO with second chance).
+    queue: Mutex<VecDeque<u32>>,
+    classifier: Box<dyn ThreadClassifier>,
+    counters: PagerCounters,
+    latencies: Vec<Mutex<Latencies>>,
+    fatal: FatalFn,
+    stop: AtomicBool,
+    wakeup: std::os::fd::OwnedFd,
+    madvise: Madvise,
+}
+
+/// A running pager. Dropping it stops the handler threads and unregisters the region
+/// (only for tests: a JVM's heap must stay paged until the process exits).
+pub struct Pager {
+    shared: Arc<Shared>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Pager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pager")
+            .field("base", &format_args!("{:#x}", self.shared.base))
+            .field("pages", &self.shared.npages)
+            .field("budget", &self.shared.config.budget_pages)
+            .finish()
+    }
+}
+
+/// One anonymous mapping inside the paged region, registered separately (the region may also
+/// hold file-backed mappings, e.g. the CDS archive, which stay unmanaged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Pager {
+    /// Starts the handler threads, then registers `spans` (all within `[base, base+len)`) and
+    /// adopts pages already resident there.
+    pub fn start(
+        base: usize,
+        len: usize,
+        spans: &[Span],
+        config: PagerConfig,
+        store: Box<dyn PageStore>,
+        classifier: Box<dyn ThreadClassifier>,
+        fatal: FatalFn,
+    ) -> std::io::Result<Pager> {
+        assert_eq!(base % PAGE_SIZE, 0);
+        let npages = len / PAGE_SIZE;
+        let uffd = Uffd::open(
+            uffd::FEATURE_PAGEFAULT_FLAG_WP | uffd::FEATURE_THREAD_ID | uffd::FEATURE_EVENT_UNMAP,
+        )?;
+        // SAFETY: eventfd with constant flags; the fd is owned immediately.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: efd was just created and is owned by nobody else.
+        let wakeup = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(efd) };
+        let handlers = config.handlers.max(1);
+        let shared = Arc::new(Shared {
+            uffd,
+            base,
+            npages,
+            state: (0..npages).map(|_| AtomicU8::new(UNTOUCHED)).collect(),
+            residency: (0..npages).map(|_| AtomicU8::new(1)).collect(),
+            stored: (0..npages).map(|_| AtomicBool::new(false)).collect(),
+            referenced: (0..npages).map(|_| AtomicBool::new(false)).collect(),
+            resident: AtomicUsize::new(0),
+            peak_resident: AtomicUsize::new(0),
+            config,
+            store,
+            queue: Mutex::new(VecDeque::new()),
+            classifier,
+            counters: PagerCounters::default(),
+            latencies: (0..handlers).map(|_| Mutex::new(Latencies::new())).collect(),
+            fatal,
+            stop: AtomicBool::new(false),
+            wakeup,
+            madvise: Madvise::probe(),
+        });
+        // The handlers run before the first registration: a registered range with no handler
+        // hangs whoever touches it.
+        let mut threads = Vec::new();
+        for i in 0..handlers {
+            let s = shared.clone();
+            threads.push(spawn_blocking_signals(format!("memliner-fault{i}"), move || {
+                Handler::new(s, i).run()
+            })?);
+        }
+        let pager = Pager { shared, threads };
+        for span in spans {
+            pager.shared.register_and_adopt(span.start, span.end)?;
+        }
+        // Adopted pages may exceed the budget: have a handler trim now.
+        pager.shared.kick();
+        Ok(pager)
+    }
+
+    pub fn base(&self) -> usize {
+        self.shared.base
+    }
+
+    pub fn npages(&self) -> usize {
+        self.shared.npages
+    }
+
+    pub fn budget_pages(&self) -> usize {
+        self.shared.config.budget_pages
+    }
+
+    pub fn resident_pages(&self) -> usize {
+        self.shared.resident.load(Ordering::SeqCst)
+    }
+
+    pub fn peak_resident_pages(&self) -> usize {
+        self.shared.peak_resident.load(Ordering::SeqCst)
+    }
+
+    pub fn counters(&self) -> &PagerCounters {
+        &self.shared.counters
+    }
+
+    /// The residency map: `npages` bytes, 0 = resident. Valid while the pager lives.
+    pub fn residency_map(&self) -> *const u8 {
+        self.shared.residency.as_ptr().cast()
+    }
+
+    pub fn store_description(&self) -> String {
+        self.shared.store.describe()
+    }
+
+    /// Whether eviction batches its `MADV_DONTNEED` with one process_madvise call.
+    pub fn uses_process_madvise(&self) -> bool {
+        matches!(self.shared.madvise, Madvise::Process(_))
+    }
+
+    /// Merged latency histograms of all handler threads.
+    pub fn latencies(&self) -> Latencies {
+        let mut out = Latencies::new();
+        for l in &self.shared.latencies {
+            let l = l.lock().unwrap();
+            let _ = out.all.add(&l.all);
+            let _ = out.remote.add(&l.remote);
+        }
+        out
+    }
+
+    /// Pages of the region the kernel reports resident right now (mincore), an independent
+    /// check of the pager's own count.
+    pub fn mincore_resident_pages(&self) -> usize {
+        mincore_resident(self.shared.base, self.shared.npages)
+            .iter()
+            .filter(|r| **r)
+            .count()
+    }
+}
+
+impl Drop for Pager {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.kick();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let _ = self
+            .shared
+            .uffd
+            .unregister(self.shared.base, self.shared.npages * PAGE_SIZE);
+    }
+}
+
+fn spawn_blocking_signals(
+    name: String,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    // Threads inherit the creator's mask: block everything around the spawn so that no signal
+    // (HotSpot's SIGSEGV probes, SIGQUIT, ...) is ever delivered to a fault handler.
+    // SAFETY: sigset manipulation on local values; pthread_sigmask only changes this thread.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let r = std::thread::Builder::new().name(name).spawn(f);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    }
+}
+
+/// Which pages of `[base, base + npages pages)` are resident, by mincore.
+fn mincore_resident(base: usize, npages: usize) -> Vec<bool> {
+    let mut vec = vec![0u8; npages];
+    // SAFETY: mincore only reads page tables; vec has one byte per page. Unmapped holes make it
+    // fail with ENOMEM, in which case we fall back to per-page queries.
+    let rc = unsafe { libc::mincore(base as *mut _, npages * PAGE_SIZE, vec.as_mut_ptr()) };
+    if rc != 0 {
+        for (i, v) in vec.iter_mut().enumerate() {
+            // SAFETY: as above, one page at a time.
+            let r =
+                unsafe { libc::mincore((base + i * PAGE_SIZE) as *mut _, PAGE_SIZE, v as *mut u8) };
+            if r != 0 {
+                *v = 0;
+            }
+        }
+    }
+    vec.iter().map(|v| v & 1 == 1).collect()
+}
+
+/// How eviction discards pages: one process_madvise call for a whole batch where the kernel
+/// allows MADV_DONTNEED there, else one madvise per run of pages.
+enum Madvise {
+    Process(std::os::fd::OwnedFd),
+    PerRun,
+}
+
+impl std::fmt::Debug for Madvise {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Madvise::Process(_) => "process_madvise",
+            Madvise::PerRun => "madvise",
+        })
+    }
+}
+
+impl Madvise {
+    fn probe() -> Madvise {
+        // SAFETY: pidfd_open on our own pid; the fd is owned right away.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as i32;
+        if pidfd < 0 {
+            return Madvise::PerRun;
+        }
+        // SAFETY: fresh fd owned by nobody else.
+        let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(pidfd) };
+        // Probe on a private page of our own.
+        // SAFETY: anonymous private mapping we own and unmap below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Madvise::PerRun;
+        }
+        let iov = libc::iovec {
+            iov_base: p,
+            iov_len: PAGE_SIZE,
+        };
+        use std::os::fd::AsRawFd;
+        // SAFETY: the iovec names our own mapping.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_process_madvise,
+                pidfd.as_raw_fd(),
+                &iov as *const libc::iovec,
+                1usize,
+                libc::MADV_DONTNEED,
+                0u32,
+            )
+        };
+        // SAFETY: unmapping the probe page we mapped.
+        unsafe { libc::munmap(p, PAGE_SIZE) };
+        if rc == PAGE_SIZE as i64 {
+            Madvise::Process(pidfd)
+        } else {
+            Madvise::PerRun
+        }
+    }
+
+    /// Discards `runs` (start address, length). Only called on pages the pager owns (`Busy`).
+    fn dontneed(&self, runs: &[(usize, usize)]) -> std::io::Result<()> {
+        if let Madvise::Process(pidfd) = self {
+            use std::os::fd::AsRawFd;
+            for chunk in runs.chunks(512) {
+                let iov: Vec<libc::iovec> = chunk
+                    .iter()
+                    .map(|&(s, l)| libc::iovec {
+                        iov_base: s as *mut _,
+                        iov_len: l,
+                    })
+                    .collect();
+                let want: usize = chunk.iter().map(|r| r.1).sum();
+                // SAFETY: every iovec names Busy pages of the registered region.
+                let rc = unsafe {
+                    libc::syscall(
+                        libc::SYS_process_madvise,
+                        pidfd.as_raw_fd(),
+                        iov.as_ptr(),
+                        iov.len(),
+                        libc::MADV_DONTNEED,
+                        0u32,
+                    )
+                };
+                if rc as usize != want {
+                    return per_run(chunk);
+                }
+            }
+            return Ok(());
+        }
+        per_run(runs)
+    }
+}
+
+fn per_run(runs: &[(usize, usize)]) -> std::io::Result<()> {
+    for &(s, l) in runs {
+        // SAFETY: the run covers Busy pages of the registered region that the pager has
+        // written back (or whose stored copy is current); their content may be discarded.
+        if unsafe { libc::madvise(s as *mut _, l, libc::MADV_DONTNEED) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Coalesces sorted page indexes into (address, length) runs.
+fn runs(base: usize, pages: &[usize]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &p in pages {
+        let a = base + p * PAGE_SIZE;
+        match out.last_mut() {
+            Some((s, l)) if *s + *l == a => *l += PAGE_SIZE,
+            _ => out.push((a, PAGE_SIZE)),
+        }
+    }
+    out
+}
+
+#[repr(C, align(4096))]
+struct AlignedPage([u8; PAGE_SIZE]);
+static ZERO_PAGE: AlignedPage = AlignedPage([0; PAGE_SIZE]);
+
+impl Shared {
+    fn kick(&self) {
+        let one: u64 = 1;
+        use std::os::fd::AsRawFd;
+        // SAFETY: writes 8 bytes from a local to our eventfd.
+        unsafe { libc::write(self.wakeup.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    fn page_addr(&self, p: usize) -> usize {
+        self.base + p * PAGE_SIZE
+    }
+
+    fn die(&self, what: &str) -> ! {
+        (self.fatal)(what)
+    }
+
+    fn register_and_adopt(&self, start: usize, end: usize) -> std::io::Result<()> {
+        let start = start.max(self.base);
+        let end = end.min(self.base + self.npages * PAGE_SIZE);
+        if start >= end {
+            return Ok(());
+        }
+        // Do not let the kernel back the region with huge pages: faults and eviction are per
+        // 4 KiB page.
+        // SAFETY: advice only; changes no contents.
+        unsafe { libc::madvise(start as *mut _, end - start, libc::MADV_NOHUGEPAGE) };
+        self.uffd.register(start, end - start)?;
+        // Pages touched before registration never fault: adopt them as dirty (the store has
+        // no copy of them).
+        let first = (start - self.base) / PAGE_SIZE;
+        let resident = mincore_resident(start, (end - start) / PAGE_SIZE);
+        let mut q = self.queue.lock().unwrap();
+        for (i, r) in resident.into_iter().enumerate() {
+            if r
+                && self.state[first + i]
+                    .compare_exchange(UNTOUCHED, DIRTY, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            {
+                self.residency[first + i].store(0, Ordering::Release);
+                self.resident.fetch_add(1, Ordering::SeqCst);
+                q.push_back((first + i) as u32);
+            }
+        }
+        let r = self.resident.load(Ordering::SeqCst);
+        self.peak_resident.fetch_max(r, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Reserves room for `n` more resident pages, evicting while over budget.
+    fn reserve(&self, n: usize) {
+        self.resident.fetch_add(n, Ordering::SeqCst);
+        self.trim();
+    }
+
+    fn trim(&self) {
+        while self.resident.load(Ordering::SeqCst) > self.config.budget_pages {
+            if self.evict_batch() == 0 {
+                // Everything resident is in flight in other handlers: tolerate the overrun
+                // rather than spin (counted, and bounded by handlers x batch).
+                self.counters.budget_overruns.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+        }
+    }
+
+    fn note_resident(&self) {
+        let r = self.resident.load(Ordering::SeqCst);
+        self.peak_resident.fetch_max(r, Ordering::Relaxed);
+    }
+
+    /// Picks up to one batch of victims and evicts them; returns how many were evicted.
+    fn evict_batch(&self) -> usize {
+        let over = self
+            .resident
+            .load(Ordering::SeqCst)
+            .saturating_sub(self.config.budget_pages);
+        let want = over.clamp(1, self.config.evict_batch);
+        let mut victims: Vec<(usize, u8)> = Vec::with_capacity(want);
+        {
+            let mut q = self.queue.lock().unwrap();
+            let mut looked = 0;
+            let limit = q.len() * 2 + 1;
+            while victims.len() < want && looked < limit {
+                let Some(p) = q.pop_front() else { break };
+                looked += 1;
+                let p = p as usize;
+                let s = self.state[p].load(Ordering::SeqCst);
+                if !is_resident(s) {
+                    continue; // stale entry
+                }
+                if self.referenced[p].swap(false, Ordering::Relaxed) {
+                    q.push_back(p as u32);
+                    continue;
+                }
+                if self.state[p]
+                    .compare_exchange(s, BUSY, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    victims.push((p, s));
+                } else {
+                    q.push_back(p as u32);
+                }
+            }
+        }
+        if victims.is_empty() {
+            return 0;
+        }
+        victims.sort_unstable();
+
+        // Dirty victims: write-protect (writers block from here on), copy out.
+        let dirty: Vec<usize> = victims
+            .iter()
+            .filter(|v| v.1 == DIRTY)
+            .map(|v| v.0)
+            .collect();
+        for (s, l) in runs(self.base, &dirty) {
+            if let Err(e) = self.uffd.write_protect(s, l, true, false) {
+                self.die(&format!("cannot write-protect heap pages at {s:#x}: {e}"));
+            }
+        }
+        let mut write_ids = Vec::with_capacity(dirty.len());
+        let mut write_buf = Vec::with_capacity(dirty.len() * PAGE_SIZE);
+        let mut to_free = Vec::new();
+        let mut new_state = Vec::with_capacity(victims.len());
+        for &(p, s) in &victims {
+            let ns = match s {
+                DIRTY => {
+                    // SAFETY: the page is resident and Busy (ours); reading it cannot fault.
+                    let src = unsafe {
+                        std::slice::from_raw_parts(self.page_addr(p) as *const u8, PAGE_SIZE)
+                    };
+                    if src.iter().all(|b| *b == 0) {
+                        if self.stored[p].swap(false, Ordering::Relaxed) {
+                            to_free.push(p as u64);
+                        }
+                        self.counters.evicted_zero.fetch_add(1, Ordering::Relaxed);
+                        UNTOUCHED
+                    } else {
+                        write_ids.push(p as u64);
+                        write_buf.extend_from_slice(src);
+                        self.counters.evicted_dirty.fetch_add(1, Ordering::Relaxed);
+                        REMOTE
+                    }
+                }
+                CLEAN => {
+                    self.counters.evicted_clean.fetch_add(1, Ordering::Relaxed);
+                    REMOTE
+                }
+                _ => {
+                    self.counters.evicted_zero.fetch_add(1, Ordering::Relaxed);
+                    UNTOUCHED
+                }
+            };
+            new_state.push(ns);
+        }
+        if !write_ids.is_empty() {
+            if let Err(e) = self.store.write_pages(&write_ids, &write_buf) {
+                self.die(&format!(
+                    "cannot write back {} heap pages starting at page {} ({:#x}) to {}: {e}",
+                    write_ids.len(),
+                    write_ids[0],
+                    self.page_addr(write_ids[0] as usize),
+                    self.store.describe_page(write_ids[0])
+                ));
+            }
+            for &id in &write_ids {
+                self.stored[id as usize].store(true, Ordering::Relaxed);
+            }
+            self.counters
+                .pages_written
+                .fetch_add(write_ids.len() as u64, Ordering::Relaxed);
+        }
+        if !to_free.is_empty() {
+            // Losing a free only wastes remote space; never fatal.
+            if self.store.free_pages(&to_free).is_ok() {
+                self.counters
+                    .pages_freed_remote
+                    .fetch_add(to_free.len() as u64, Ordering::Relaxed);
+            }
+        }
+        let all: Vec<usize> = victims.iter().map(|v| v.0).collect();
+        if let Err(e) = self.madvise.dontneed(&runs(self.base, &all)) {
+            self.die(&format!("cannot discard evicted heap pages: {e}"));
+        }
+        for (&(p, _), ns) in victims.iter().zip(new_state) {
+            self.residency[p].store(1, Ordering::Release);
+            self.state[p].store(ns, Ordering::SeqCst);
+        }
+        self.resident.fetch_sub(victims.len(), Ordering::SeqCst);
+        victims.len()
+    }
+
+    /// Forgets pages of an unmapped range, then registers what is mapped there now.
+    fn unmapped(&self, start: usize, end: usize) {
+        let lo = start.max(self.base);
+        let hi = end.min(self.base + self.npages * PAGE_SIZE);
+        if lo >= hi {
+            return;
+        }
+        self.counters.unmap_events.fetch_add(1, Ordering::Relaxed);
+        let (first, last) = ((lo - self.base) / PAGE_SIZE, (hi - self.base).div_ceil(PAGE_SIZE));
+        let mut to_free = Vec::new();
+        for p in first..last {
+            // Wait out a handler that has the page in flight.
+            let s = loop {
+                let s = self.state[p].load(Ordering::SeqCst);
+                if s != BUSY {
+                    break s;
+                }
+                std::thread::yield_now();
+            };
+            if self.state[p]
+                .compare_exchange(s, UNTOUCHED, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                continue;
+            }
+            if is_resident(s) {
+                self.resident.fetch_sub(1, Ordering::SeqCst);
+            }
+            self.residency[p].store(1, Ordering::Release);
+            if self.stored[p].swap(false, Ordering::Relaxed) {
+                to_free.push(p as u64);
+            }
+        }
+        let _ = self.store.free_pages(&to_free);
+        // The range was mapped anew (HotSpot commits and uncommits with mmap MAP_FIXED): page
+        // the new mapping too. A plain munmap leaves nothing to register, which is fine.
+        let _ = self.register_and_adopt(lo, hi);
+    }
+}
+
+/// One fault-handler thread.
+struct Handler {
+    s: Arc<Shared>,
+    index: usize,
+    kinds: HashMap<u32, ThreadKind>,
+    fetch_buf: Vec<u8>,
+    wakes: Vec<usize>,
+    retry: Vec<Event>,
+}
+
+impl Handler {
+    fn new(s: Arc<Shared>, index: usize) -> Self {
+        Handler {
+            s,
+            index,
+            kinds: HashMap::new(),
+            fetch_buf: vec![0; PAGE_SIZE],
+            wakes: Vec::new(),
+            retry: Vec::new(),
+        }
+    }
+
+    fn run(mut self) {
+        let mut events = [Event::Other(0); 64];
+        use std::os::fd::AsRawFd;
+        let mut fds = [
+            libc::pollfd {
+                fd: self.s.uffd.raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.s.wakeup.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        loop {
+            // SAFETY: polls two fds we own, with a stack array of pollfds.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if rc < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                self.s.die(&format!("fault handler cannot poll: {e}"));
+            }
+            if fds[1].revents != 0 {
+                // On stop the eventfd is left readable so that every handler sees it.
+                if self.s.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let mut v = 0u64;
+                // SAFETY: reads the 8-byte eventfd counter into a local.
+                unsafe { libc::read(fds[1].fd, (&mut v as *mut u64).cast(), 8) };
+                self.s.trim();
+            }
+            loop {
+                let n = match self.s.uffd.read_events(&mut events) {
+                    Ok(n) => n,
+                    Err(e) => self.s.die(&format!("fault handler cannot read faults: {e}")),
+                };
+                if n == 0 {
+                    break;
+                }
+                let started = Instant::now();
+                for ev in &events[..n] {
+                    self.handle(*ev, started);
+                }
+                self.flush_wakes();
+                while !self.retry.is_empty() {
+                    std::thread::yield_now();
+                    for ev in std::mem::take(&mut self.retry) {
+                        self.handle(ev, started);
+                    }
+                    self.flush_wakes();
+                }
+            }
+        }
+    }
+
+    fn class_of(&mut self, tid: u32) -> ThreadClass {
+        let kind = match self.kinds.get(&tid) {
+            Some(k) => *k,
+            None => {
+                let k = self.s.classifier.kind_of(tid);
+                if k != ThreadKind::Unknown {
+                    self.kinds.insert(tid, k);
+                }
+                k
+            }
+        };
+        match kind {
+            ThreadKind::Fixed(c) => c,
+            ThreadKind::GcWorker => {
+                if self.s.classifier.in_gc_pause() {
+                    ThreadClass::Gc
+                } else {
+                    ThreadClass::GcConcurrent
+                }
+            }
+            ThreadKind::Unknown => ThreadClass::Other,
+        }
+    }
+
+    fn count(&self, class: ThreadClass, kind: FaultKind) {
+        self.s.counters.faults[class as usize][kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn record_latency(&self, started: Instant, remote: bool) {
+        let ns = started.elapsed().as_nanos() as u64;
+        let mut l = self.s.latencies[self.index].lock().unwrap();
+        let _ = l.all.record(ns.max(1));
+        if remote {
+            let _ = l.remote.record(ns.max(1));
+        }
+    }
+
+    fn flush_wakes(&mut self) {
+        if self.wakes.is_empty() {
+            return;
+        }
+        self.wakes.sort_unstable();
+        self.wakes.dedup();
+        let pages: Vec<usize> = self
+            .wakes
+            .drain(..)
+            .map(|a| (a - self.s.base) / PAGE_SIZE)
+            .collect();
+        for (start, len) in runs(self.s.base, &pages) {
+            if let Err(e) = self.s.uffd.wake(start, len) {
+                self.s
+                    .die(&format!("cannot wake threads waiting at {start:#x}: {e}"));
+            }
+        }
+    }
+
+    fn handle(&mut self, ev: Event, started: Instant) {
+        match ev {
+            Event::Fault {
+                addr,
+                write,
+                wp,
+                tid,
+            } => {
+                if addr < self.s.base || addr >= self.s.base + self.s.npages * PAGE_SIZE {
+                    return;
+                }
+                let p = (addr - self.s.base) / PAGE_SIZE;
+                let class = self.class_of(tid);
+                if wp {
+                    self.write_fault(ev, p, class);
+                } else {
+                    self.missing_fault(ev, p, write, class, started);
+                }
+            }
+            Event::Unmap { start, end } => {
+                self.flush_wakes();
+                self.s.unmapped(start, end);
+            }
+            Event::Other(_) => {}
+        }
+    }
+
+    /// Maps `src` at page `p` (which this handler owns), without waking; the wake is batched.
+    fn install(&mut self, p: usize, src: *const u8, write_protect: bool) -> CopyOutcome {
+        let addr = self.s.page_addr(p);
+        loop {
+            // SAFETY: src is a full page (the zero page or our fetch buffer); page p is in the
+            // registered region and Busy, so nobody else maps it.
+            match unsafe { self.s.uffd.copy(addr, src, PAGE_SIZE, write_protect, false) } {
+                Ok(CopyOutcome::Again) => std::thread::yield_now(),
+                Ok(o) => return o,
+                Err(e) => self
+                    .s
+                    .die(&format!("cannot map heap page {p} at {addr:#x}: {e}")),
+            }
+        }
+    }
+
+    fn missing_fault(
+        &mut self,
+        ev: Event,
+        p: usize,
+        write: bool,
+        class: ThreadClass,
+        started: Instant,
+    ) {
+        let s = self.s.state[p].load(Ordering::SeqCst);
+        match s {
+            UNTOUCHED | REMOTE => {
+                if self.s.state[p]
+                    .compare_exchange(s, BUSY, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+                {
+                    return self.retry.push(ev);
+                }
+                let ahead = if s == UNTOUCHED && write {
+                    self.claim_ahead(p)
+                } else {
+                    Vec::new()
+                };
+                self.s.reserve(1 + ahead.len());
+                let (src, kind) = if s == UNTOUCHED {
+                    (ZERO_PAGE.0.as_ptr(), FaultKind::Zero)
+                } else {
+                    if let Err(e) = self.s.store.read_pages(&[p as u64], &mut self.fetch_buf) {
+                        self.s.die(&format!(
+                            "cannot fetch heap page {p} ({:#x}) from {}: {e}",
+                            self.s.page_addr(p),
+                            self.s.store.describe_page(p as u64)
+                        ));
+                    }
+                    self.s.counters.pages_read.fetch_add(1, Ordering::Relaxed);
+                    (self.fetch_buf.as_ptr(), FaultKind::Remote)
+                };
+                let outcome = self.install(p, src, !write);
+                self.finish_install(p, outcome, if write { DIRTY } else if s == UNTOUCHED { CLEAN_ZERO } else { CLEAN });
+                for q in ahead {
+                    let o = self.install(q, ZERO_PAGE.0.as_ptr(), false);
+                    self.finish_install(q, o, DIRTY);
+                }
+                self.s.note_resident();
+                self.count(class, kind);
+                self.record_latency(started, kind == FaultKind::Remote);
+            }
+            CLEAN_ZERO | CLEAN | DIRTY => {
+                // Already mapped (a duplicate message), or discarded by the JVM behind our back
+                // (then zeros are the right content).
+                if self.s.state[p]
+                    .compare_exchange(s, BUSY, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+                {
+                    return self.retry.push(ev);
+                }
+                let o = self.install(p, ZERO_PAGE.0.as_ptr(), false);
+                let ns = if o == CopyOutcome::Copied { DIRTY } else { s };
+                self.s.state[p].store(ns, Ordering::SeqCst);
+                self.wakes.push(self.s.page_addr(p));
+                self.count(class, FaultKind::Stale);
+            }
+            _ => self.retry.push(ev),
+        }
+    }
+
+    /// Claims up to `fill_ahead` untouched pages after `p` for zero fill.
+    fn claim_ahead(&self, p: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        for q in p + 1..(p + 1 + self.s.config.fill_ahead).min(self.s.npages) {
+            if self.s.state[q]
+                .compare_exchange(UNTOUCHED, BUSY, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                break;
+            }
+            out.push(q);
+        }
+        self.s
+            .counters
+            .zero_filled_ahead
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
+    }
+
+    fn finish_install(&mut self, p: usize, outcome: CopyOutcome, state: u8) {
+        match outcome {
+            CopyOutcome::Copied | CopyOutcome::Exists => {
+                self.s.residency[p].store(0, Ordering::Release);
+                self.s.state[p].store(state, Ordering::SeqCst);
+                self.s.referenced[p].store(true, Ordering::Relaxed);
+                self.s.queue.lock().unwrap().push_back(p as u32);
+            }
+            _ => {
+                // The range went away under us (unmapped); the UNMAP event resets it.
+                self.s.resident.fetch_sub(1, Ordering::SeqCst);
+                self.s.state[p].store(UNTOUCHED, Ordering::SeqCst);
+            }
+        }
+        self.wakes.push(self.s.page_addr(p));
+    }
+
+    fn write_fault(&mut self, ev: Event, p: usize, class: ThreadClass) {
+        let s = self.s.state[p].load(Ordering::SeqCst);
+        match s {
+            CLEAN | CLEAN_ZERO | DIRTY => {
+                if s != DIRTY
+                    && self.s.state[p]
+                        .compare_exchange(s, DIRTY, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_err()
+                {
+                    return self.retry.push(ev);
+                }
+                let a = self.s.page_addr(p);
+                if let Err(e) = self.s.uffd.write_protect(a, PAGE_SIZE, false, true) {
+                    self.s
+                        .die(&format!("cannot unprotect heap page {p} at {a:#x}: {e}"));
+                }
+                self.s.referenced[p].store(true, Ordering::Relaxed);
+                self.count(class, if s == DIRTY { FaultKind::Stale } else { FaultKind::Write });
+            }
+            BUSY => self.retry.push(ev),
+            _ => {
+                // Evicted while the writer waited: wake it; it re-faults as MISSING.
+                self.wakes.push(self.s.page_addr(p));
+                self.count(class, FaultKind::Stale);
+            }
+        }
+    }
+}

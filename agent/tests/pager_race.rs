@@ -1,0 +1,198 @@
+//! The pager on a plain mmap region, without a JVM: many threads write while the pager evicts
+//! at a tiny budget; every byte read back must be the last byte written.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use memliner_agent::pager::{Pager, PagerConfig, Span, ThreadClass, ThreadClassifier, ThreadKind};
+use swap_backend::{LocalStore, PageStore, PAGE_SIZE};
+
+struct AllApp;
+impl ThreadClassifier for AllApp {
+    fn kind_of(&self, _tid: u32) -> ThreadKind {
+        ThreadKind::Fixed(ThreadClass::Application)
+    }
+}
+
+fn fatal(msg: &str) -> ! {
+    eprintln!("pager test fatal: {msg}");
+    std::process::abort()
+}
+
+struct Region {
+    base: usize,
+    len: usize,
+}
+
+impl Region {
+    fn new(pages: usize) -> Region {
+        let len = pages * PAGE_SIZE;
+        // SAFETY: fresh anonymous mapping owned by this test.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Region { base: p as usize, len }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping after the pager is gone.
+        unsafe { libc::munmap(self.base as *mut _, self.len) };
+    }
+}
+
+fn start(region: &Region, budget: usize, handlers: usize, store: Box<dyn PageStore>) -> Pager {
+    Pager::start(
+        region.base,
+        region.len,
+        &[Span { start: region.base, end: region.base + region.len }],
+        PagerConfig { budget_pages: budget, handlers, fill_ahead: 3, evict_batch: 8 },
+        store,
+        Box::new(AllApp),
+        fatal,
+    )
+    .unwrap()
+}
+
+/// Each thread owns a disjoint set of u64 slots spread over all pages and writes a counter
+/// into them round after round, checking that every slot still holds what it wrote last.
+fn hammer(region: &Region, threads: usize, rounds: u64) {
+    let slots_per_page = PAGE_SIZE / 8;
+    let npages = region.len / PAGE_SIZE;
+    let failed = Arc::new(AtomicBool::new(false));
+    std::thread::scope(|sc| {
+        for t in 0..threads {
+            let failed = failed.clone();
+            let base = region.base;
+            sc.spawn(move || {
+                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
+                let mut last = vec![0u64; npages];
+                for round in 1..=rounds {
+                    for k in 0..npages {
+                        // Visit pages in a thread-specific pseudo-random order.
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        let p = (seed as usize) % npages;
+                        let slot = (base + p * PAGE_SIZE + (t % slots_per_page) * 8) as *mut u64;
+                        // SAFETY: the slot is inside the region and owned by thread t alone.
+                        let seen = unsafe { std::ptr::read_volatile(slot) };
+                        if seen != last[p] {
+                            eprintln!("thread {t} page {p}: read {seen:#x}, last wrote {:#x}", last[p]);
+                            failed.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                        let v = (t as u64) << 48 | round << 24 | k as u64;
+                        // SAFETY: as above.
+                        unsafe { std::ptr::write_volatile(slot, v) };
+                        last[p] = v;
+                    }
+                }
+            });
+        }
+    });
+    assert!(!failed.load(Ordering::SeqCst), "a write was lost under eviction");
+}
+
+#[test]
+fn writes_survive_eviction_at_a_tiny_budget() {
+    let region = Region::new(256);
+    let pager = start(&region, 16, 1, Box::new(LocalStore::new(1 << 20)));
+    hammer(&region, 8, 6);
+    let c = pager.counters();
+    assert!(c.evicted_dirty.load(Ordering::SeqCst) > 100, "the test must evict dirty pages");
+    assert!(c.pages_read.load(Ordering::SeqCst) > 100, "the test must fetch pages back");
+    assert!(pager.peak_resident_pages() <= 16 + 3 + 1, "peak {} over budget", pager.peak_resident_pages());
+    assert!(pager.mincore_resident_pages() <= 16 + 3 + 1);
+}
+
+#[test]
+fn writes_survive_with_several_handler_threads() {
+    let region = Region::new(128);
+    let pager = start(&region, 24, 3, Box::new(LocalStore::new(1 << 20)));
+    hammer(&region, 6, 5);
+    assert!(pager.counters().evicted_dirty.load(Ordering::SeqCst) > 50);
+}
+
+#[test]
+fn read_only_pages_are_dropped_clean_and_zero_pages_cost_no_store_space() {
+    let region = Region::new(64);
+    let store = Arc::new(LocalStore::new(1 << 20));
+    struct Shared(Arc<LocalStore>);
+    impl PageStore for Shared {
+        fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), swap_backend::StoreError> { self.0.read_pages(ids, out) }
+        fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), swap_backend::StoreError> { self.0.write_pages(ids, data) }
+        fn free_pages(&self, ids: &[u64]) -> Result<(), swap_backend::StoreError> { self.0.free_pages(ids) }
+        fn describe(&self) -> String { self.0.describe() }
+    }
+    let pager = start(&region, 8, 1, Box::new(Shared(store.clone())));
+    let page = |p: usize| (region.base + p * PAGE_SIZE) as *mut u8;
+    // Write a marker into every page, then zero half of them again.
+    for p in 0..64 {
+        // SAFETY: inside the region.
+        unsafe { *page(p) = p as u8 + 1 };
+    }
+    for p in (0..64).step_by(2) {
+        // SAFETY: inside the region.
+        unsafe { *page(p) = 0 };
+    }
+    // Read everything twice: the second pass evicts pages that were only read.
+    for _ in 0..2 {
+        for p in 0..64 {
+            // SAFETY: inside the region.
+            let v = unsafe { std::ptr::read_volatile(page(p)) };
+            assert_eq!(v, if p % 2 == 0 { 0 } else { p as u8 + 1 }, "page {p}");
+        }
+    }
+    let c = pager.counters();
+    assert!(c.evicted_clean.load(Ordering::SeqCst) > 0, "read-only pages must drop clean");
+    assert!(c.evicted_zero.load(Ordering::SeqCst) > 0);
+    // Only the non-zero pages ever needed store space.
+    assert!(store.len() <= 32, "store holds {} pages", store.len());
+}
+
+#[test]
+fn a_broken_store_stops_the_process_with_the_page_and_server_named() {
+    // Runs itself in a child process: the pager must exit rather than serve wrong bytes.
+    if std::env::var("PAGER_CHILD").is_ok() {
+        struct Broken;
+        impl PageStore for Broken {
+            fn read_pages(&self, _: &[u64], _: &mut [u8]) -> Result<(), swap_backend::StoreError> {
+                Err(swap_backend::StoreError::Io { store: "tcp://10.9.9.9:7070".into(), error: std::io::ErrorKind::ConnectionReset.into() })
+            }
+            fn write_pages(&self, _: &[u64], _: &[u8]) -> Result<(), swap_backend::StoreError> { Ok(()) }
+            fn free_pages(&self, _: &[u64]) -> Result<(), swap_backend::StoreError> { Ok(()) }
+            fn describe(&self) -> String { "tcp://10.9.9.9:7070".into() }
+        }
+        let region = Region::new(32);
+        let _pager = start(&region, 4, 1, Box::new(Broken));
+        for p in 0..32 {
+            // SAFETY: inside the region.
+            unsafe { *((region.base + p * PAGE_SIZE) as *mut u8) = 7 };
+        }
+        for p in 0..32 {
+            // SAFETY: inside the region.
+            let v = unsafe { std::ptr::read_volatile((region.base + p * PAGE_SIZE) as *const u8) };
+            assert_eq!(v, 7);
+        }
+        std::process::exit(0);
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_broken_store_stops_the_process_with_the_page_and_server_named", "--nocapture"])
+        .env("PAGER_CHILD", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "child must not succeed; stderr: {err}");
+    assert!(err.contains("cannot fetch heap page"), "{err}");
+    assert!(err.contains("tcp://10.9.9.9:7070"), "{err}");
+}
