@@ -2,9 +2,346 @@
 //!
 //! Data flows agent (JVMTI glue, options, heap discovery, thread classes, stats) -> pager
 //! (userfaultfd fault service, budget, eviction) -> swap backend (page stores).
+//!
+//! Life cycle: `Agent_OnLoad` parses options and connects to the memory server (so a bad
+//! option or an unreachable server stops the JVM before it runs); VMInit finds the reserved
+//! heap and starts the pager; VMDeath writes the stats. The pager is never stopped: the heap
+//! stays paged until the process exits.
 
 #![deny(missing_debug_implementations)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod heap;
+pub mod jvmti;
+pub mod options;
 pub mod pager;
+pub mod stats;
+pub mod threads;
 pub mod uffd;
+pub mod vmstructs;
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use options::{LogLevel, Options, Policy};
+use pager::{Pager, PagerConfig};
+use swap_backend::{LocalStore, PageStore, StripedStore, TcpOptions, TcpStore, PAGE_SIZE};
+
+/// Exit status of a JVM stopped because a page could not be served correctly.
+pub const FATAL_EXIT_CODE: i32 = 70;
+
+/// Smallest budget the pager runs with: eviction batches and fill-ahead need some room.
+const MIN_BUDGET_PAGES: usize = 256;
+
+static LOG_LEVEL: AtomicU8 = AtomicU8::new(LogLevel::Warn as u8);
+
+/// Logs a line to stderr at `level` (never on the fault path).
+#[macro_export]
+macro_rules! log {
+    ($level:expr, $($arg:tt)*) => {
+        if ($level as u8) <= $crate::log_level() {
+            eprintln!("memliner: {}", format!($($arg)*));
+        }
+    };
+}
+
+#[doc(hidden)]
+pub fn log_level() -> u8 {
+    LOG_LEVEL.load(Ordering::Relaxed)
+}
+
+/// Stops the process: a page could not be served correctly, so the JVM must not run on.
+pub fn fatal(msg: &str) -> ! {
+    eprintln!("memliner: FATAL: {msg}; stopping the JVM rather than let it run on wrong bytes");
+    // SAFETY: _exit ends the process without running atexit handlers or unwinding, which is
+    // what we want while other threads may be blocked in heap faults.
+    unsafe { libc::_exit(FATAL_EXIT_CODE) }
+}
+
+struct Runtime {
+    options: Options,
+    store: Mutex<Option<Box<dyn PageStore>>>,
+    threads: &'static threads::JvmThreads,
+    pager: OnceLock<Pager>,
+    heap: OnceLock<stats::HeapInfo>,
+    view: OnceLock<gc_hooks::HeapView>,
+    gc: stats::GcTimes,
+    started: Instant,
+}
+
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// The classifier lives for the whole process; the pager gets this forwarding handle.
+struct StaticClassifier(&'static threads::JvmThreads);
+
+impl pager::ThreadClassifier for StaticClassifier {
+    fn kind_of(&self, tid: u32) -> pager::ThreadKind {
+        self.0.kind_of(tid)
+    }
+    fn in_gc_pause(&self) -> bool {
+        self.0.in_gc_pause()
+    }
+}
+
+fn connect(options: &Options) -> Result<Box<dyn PageStore>, String> {
+    if options.servers.is_empty() {
+        return Ok(Box::new(LocalStore::new(u64::MAX / PAGE_SIZE as u64)));
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let namespace = format!(
+        "{}/{}/{:x}",
+        host.trim(),
+        std::process::id(),
+        Instant::now().elapsed().as_nanos() ^ (std::ptr::addr_of!(LOG_LEVEL) as u128)
+    );
+    let mut stores: Vec<Box<dyn PageStore>> = Vec::new();
+    for s in &options.servers {
+        let store = TcpStore::connect(
+            s,
+            TcpOptions {
+                token: options.token.clone(),
+                namespace: namespace.clone(),
+                connections: options.handlers,
+            },
+        )
+        .map_err(|e| format!("cannot use memory server {s}: {e}"))?;
+        stores.push(Box::new(store));
+    }
+    Ok(if stores.len() == 1 {
+        stores.pop().unwrap()
+    } else {
+        Box::new(StripedStore::new(stores))
+    })
+}
+
+fn load(options_str: &str) -> Result<(), String> {
+    let env = std::env::var("MEMLINER_OPTIONS").unwrap_or_default();
+    let options = options::parse(&env, options_str)?;
+    LOG_LEVEL.store(options.log as u8, Ordering::Relaxed);
+    let store = if options.policy == Policy::Off {
+        None
+    } else {
+        Some(connect(&options)?)
+    };
+    let rt = Runtime {
+        options,
+        store: Mutex::new(store),
+        threads: Box::leak(Box::default()),
+        pager: OnceLock::new(),
+        heap: OnceLock::new(),
+        view: OnceLock::new(),
+        gc: stats::GcTimes::default(),
+        started: Instant::now(),
+    };
+    RUNTIME
+        .set(rt)
+        .map_err(|_| "the agent is loaded twice; give -agentpath once".to_string())
+}
+
+/// Finds the heap and starts paging it (VMInit).
+fn start_paging(rt: &Runtime) -> Result<(), String> {
+    let found = heap::discover()?;
+    if found.collector == "Z" {
+        return Err("ZGC maps its heap several times over shared memory, which the pager does not handle; use G1, Parallel, Serial or Shenandoah".into());
+    }
+    let budget_asked = rt.options.budget.pages(found.bytes, PAGE_SIZE);
+    let budget = budget_asked.max(MIN_BUDGET_PAGES);
+    if budget != budget_asked {
+        log!(
+            LogLevel::Warn,
+            "local budget of {budget_asked} pages raised to the minimum of {MIN_BUDGET_PAGES}"
+        );
+    }
+    let store = rt
+        .store
+        .lock()
+        .unwrap()
+        .take()
+        .ok_or("no page store (started twice?)")?;
+    let store_name = store.describe();
+    let pager = Pager::start(
+        found.start,
+        found.bytes,
+        &found.spans,
+        PagerConfig {
+            budget_pages: budget,
+            handlers: rt.options.handlers,
+            ..PagerConfig::default()
+        },
+        store,
+        Box::new(StaticClassifier(rt.threads)),
+        fatal,
+    )
+    .map_err(|e| format!("cannot register the heap with userfaultfd: {e}"))?;
+    log!(
+        LogLevel::Info,
+        "paging the {} heap at {:#x} ({}, found by {}): {} local of {}, pages go to {}",
+        found.collector,
+        found.start,
+        swap_backend::units::format_size(found.bytes as u64),
+        found.discovery,
+        swap_backend::units::format_size((budget * PAGE_SIZE) as u64),
+        swap_backend::units::format_size(found.bytes as u64),
+        store_name
+    );
+    let _ = rt.view.set(gc_hooks::HeapView {
+        abi_version: gc_hooks::ABI_VERSION,
+        page_shift: PAGE_SIZE.trailing_zeros(),
+        base: pager.base(),
+        pages: pager.npages(),
+        residency: pager.residency_map(),
+    });
+    let _ = rt.heap.set(stats::HeapInfo {
+        base: found.start,
+        bytes: found.bytes,
+        collector: found.collector.to_string(),
+        discovery: found.discovery,
+        spans: found.spans.len(),
+    });
+    let _ = rt.pager.set(pager);
+    Ok(())
+}
+
+fn write_stats(rt: &Runtime) {
+    let Some(path) = &rt.options.stats else { return };
+    let doc = stats::document(
+        &rt.options,
+        rt.heap.get(),
+        rt.pager.get(),
+        &rt.gc,
+        rt.started.elapsed(),
+    );
+    let tmp = format!("{path}.tmp{}", std::process::id());
+    let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    if let Err(e) = std::fs::write(&tmp, text + "\n").and_then(|_| std::fs::rename(&tmp, path)) {
+        log!(LogLevel::Error, "cannot write stats to {path}: {e}");
+    }
+}
+
+/// Runs a callback body, turning a panic into a fatal stop (unwinding into the JVM is undefined).
+fn guarded(what: &str, f: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        fatal(&format!("internal error in the {what} callback"));
+    }
+}
+
+unsafe extern "C" fn on_vm_init(_: *mut jvmti::JvmtiEnv, _: *mut jvmti::JniEnv, _: jvmti::JThread) {
+    guarded("VMInit", || {
+        let Some(rt) = RUNTIME.get() else { return };
+        rt.threads.java_thread_started();
+        if rt.options.policy == Policy::Off {
+            return;
+        }
+        if let Err(e) = start_paging(rt) {
+            eprintln!("memliner: cannot page the Java heap: {e}");
+            // SAFETY: see `fatal`; nothing is paged yet, but the user asked for paging.
+            unsafe { libc::_exit(1) }
+        }
+    })
+}
+
+unsafe extern "C" fn on_vm_death(_: *mut jvmti::JvmtiEnv, _: *mut jvmti::JniEnv) {
+    guarded("VMDeath", || {
+        if let Some(rt) = RUNTIME.get() {
+            write_stats(rt);
+        }
+    })
+}
+
+unsafe extern "C" fn on_thread_start(
+    _: *mut jvmti::JvmtiEnv,
+    _: *mut jvmti::JniEnv,
+    _: jvmti::JThread,
+) {
+    guarded("ThreadStart", || {
+        if let Some(rt) = RUNTIME.get() {
+            rt.threads.java_thread_started();
+        }
+    })
+}
+
+unsafe extern "C" fn on_data_dump(_: *mut jvmti::JvmtiEnv) {
+    guarded("DataDumpRequest", || {
+        if let Some(rt) = RUNTIME.get() {
+            write_stats(rt);
+        }
+    })
+}
+
+unsafe extern "C" fn on_gc_start(_: *mut jvmti::JvmtiEnv) {
+    // No allocation or locking beyond a short mutex: the VM is at a safepoint.
+    guarded("GarbageCollectionStart", || {
+        if let Some(rt) = RUNTIME.get() {
+            rt.threads.set_in_pause(true);
+            rt.gc.pause_started();
+        }
+    })
+}
+
+unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
+    guarded("GarbageCollectionFinish", || {
+        if let Some(rt) = RUNTIME.get() {
+            rt.threads.set_in_pause(false);
+            rt.gc.pause_finished();
+        }
+    })
+}
+
+/// The JVM calls this when it loads the agent (`-agentpath:...=options`).
+///
+/// # Safety
+/// Called by the JVM with its `JavaVM*` and a NUL-terminated option string (or null).
+#[no_mangle]
+pub unsafe extern "C" fn Agent_OnLoad(
+    vm: *mut jvmti::JavaVm,
+    options: *const c_char,
+    _reserved: *mut c_void,
+) -> i32 {
+    let opts = if options.is_null() {
+        String::new()
+    } else {
+        // SAFETY: the JVM passes a NUL-terminated string.
+        unsafe { CStr::from_ptr(options) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let result = std::panic::catch_unwind(|| -> Result<(), String> {
+        load(&opts)?;
+        // SAFETY: vm is the JavaVM* of this Agent_OnLoad call.
+        let env = unsafe { jvmti::JavaVm::jvmti(vm) }?;
+        // SAFETY: env is live and we are in the OnLoad phase.
+        unsafe { jvmti::JvmtiEnv::add_capabilities(env) }?;
+        let mut cbs: jvmti::Callbacks = [std::ptr::null(); 37];
+        let slot = |e: u32| (e - jvmti::event::FIRST) as usize;
+        cbs[slot(jvmti::event::VM_INIT)] = on_vm_init as *const c_void;
+        cbs[slot(jvmti::event::VM_DEATH)] = on_vm_death as *const c_void;
+        cbs[slot(jvmti::event::THREAD_START)] = on_thread_start as *const c_void;
+        cbs[slot(jvmti::event::DATA_DUMP_REQUEST)] = on_data_dump as *const c_void;
+        cbs[slot(jvmti::event::GARBAGE_COLLECTION_START)] = on_gc_start as *const c_void;
+        cbs[slot(jvmti::event::GARBAGE_COLLECTION_FINISH)] = on_gc_finish as *const c_void;
+        // SAFETY: each callback has the signature of its event.
+        unsafe { jvmti::JvmtiEnv::set_callbacks(env, &cbs) }
+    });
+    match result {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            eprintln!("memliner: {e}");
+            1
+        }
+        Err(_) => {
+            eprintln!("memliner: internal error while loading the agent");
+            1
+        }
+    }
+}
+
+/// The heap view for GC-hook patched JVMs (see gc-hooks); null until the heap is paged.
+#[no_mangle]
+pub extern "C" fn memliner_heap_view() -> *const gc_hooks::HeapView {
+    RUNTIME
+        .get()
+        .and_then(|rt| rt.view.get())
+        .map_or(std::ptr::null(), |v| v as *const _)
+}

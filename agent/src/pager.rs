@@ -214,6 +214,8 @@ struct Shared {
     stored: Box<[AtomicBool]>,
     /// Second-chance bit for the eviction queue.
     referenced: Box<[AtomicBool]>,
+    /// The registered (anonymous) parts of the region.
+    spans: Mutex<Vec<Span>>,
     resident: AtomicUsize,
     peak_resident: AtomicUsize,
     config: PagerConfig,
@@ -287,6 +289,7 @@ impl Pager {
             residency: (0..npages).map(|_| AtomicU8::new(1)).collect(),
             stored: (0..npages).map(|_| AtomicBool::new(false)).collect(),
             referenced: (0..npages).map(|_| AtomicBool::new(false)).collect(),
+            spans: Mutex::new(Vec::new()),
             resident: AtomicUsize::new(0),
             peak_resident: AtomicUsize::new(0),
             config,
@@ -370,10 +373,16 @@ impl Pager {
     /// Pages of the region the kernel reports resident right now (mincore), an independent
     /// check of the pager's own count.
     pub fn mincore_resident_pages(&self) -> usize {
-        mincore_resident(self.shared.base, self.shared.npages)
+        let spans = self.shared.spans.lock().unwrap().clone();
+        spans
             .iter()
-            .filter(|r| **r)
-            .count()
+            .map(|s| {
+                mincore_resident(s.start, (s.end - s.start) / PAGE_SIZE)
+                    .iter()
+                    .filter(|r| **r)
+                    .count()
+            })
+            .sum()
     }
 }
 
@@ -582,6 +591,11 @@ impl Shared {
         // SAFETY: advice only; changes no contents.
         unsafe { libc::madvise(start as *mut _, end - start, libc::MADV_NOHUGEPAGE) };
         self.uffd.register(start, end - start)?;
+        {
+            let mut spans = self.spans.lock().unwrap();
+            spans.retain(|s| s.end <= start || s.start >= end);
+            spans.push(Span { start, end });
+        }
         // Pages touched before registration never fault: adopt them as dirty (the store has
         // no copy of them).
         let first = (start - self.base) / PAGE_SIZE;

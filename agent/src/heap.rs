@@ -1,0 +1,170 @@
+//! Finding the Java heap: HotSpot's serviceability tables first, /proc/self/maps as a warned
+//! fallback; then the anonymous mappings inside it, which are registered one by one (G1 maps
+//! the CDS archive file-backed inside the heap, and registering across it fails).
+
+use crate::options::LogLevel;
+use crate::pager::Span;
+use crate::vmstructs::{self, VmStructs};
+
+/// The heap as found at VMInit.
+#[derive(Clone, Debug)]
+pub struct FoundHeap {
+    pub start: usize,
+    pub bytes: usize,
+    pub collector: &'static str,
+    pub discovery: &'static str,
+    pub spans: Vec<Span>,
+}
+
+/// One line of /proc/self/maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: usize,
+    pub end: usize,
+    pub perms: String,
+    pub path: String,
+}
+
+/// Parses /proc/self/maps text.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let range = it.next()?;
+            let perms = it.next()?.to_string();
+            let path = it.nth(3).unwrap_or("").to_string();
+            let (a, b) = range.split_once('-')?;
+            Some(Mapping {
+                start: usize::from_str_radix(a, 16).ok()?,
+                end: usize::from_str_radix(b, 16).ok()?,
+                perms,
+                path,
+            })
+        })
+        .collect()
+}
+
+/// The anonymous parts of `[start, start+bytes)`, clipped to it, neighbours merged.
+pub fn anonymous_spans(maps: &[Mapping], start: usize, bytes: usize) -> Vec<Span> {
+    let end = start + bytes;
+    let mut spans: Vec<Span> = Vec::new();
+    for m in maps {
+        if m.end <= start || m.start >= end || !m.path.is_empty() {
+            continue;
+        }
+        let s = Span {
+            start: m.start.max(start),
+            end: m.end.min(end),
+        };
+        match spans.last_mut() {
+            Some(last) if last.end == s.start => last.end = s.end,
+            _ => spans.push(s),
+        }
+    }
+    spans
+}
+
+fn read_maps() -> Result<Vec<Mapping>, String> {
+    std::fs::read_to_string("/proc/self/maps")
+        .map(|t| parse_maps(&t))
+        .map_err(|e| format!("cannot read /proc/self/maps: {e}"))
+}
+
+/// Finds the reserved heap and its anonymous spans.
+pub fn discover() -> Result<FoundHeap, String> {
+    let maps = read_maps()?;
+    let (start, bytes, collector, discovery) = match VmStructs::load()
+        .and_then(|vm| vm.reserved_heap().map(|h| (h, vm)))
+    {
+        Ok((h, vm)) => {
+            let (init, max) = (vm.flag_u64("InitialHeapSize"), vm.flag_u64("MaxHeapSize"));
+            if let (Ok(i), Ok(m)) = (init, max) {
+                if i < m {
+                    crate::log!(
+                        LogLevel::Info,
+                        "-Xms ({i}) is below -Xmx ({m}): heap expansion and shrinking are followed through userfaultfd unmap events"
+                    );
+                }
+            }
+            (h.start, h.bytes, vmstructs::collector(&vm), "vmstructs")
+        }
+        Err(why) => {
+            let (s, b) = largest_anonymous(&maps)
+                .ok_or_else(|| format!("cannot find the heap: {why}, and /proc/self/maps has no candidate"))?;
+            crate::log!(
+                LogLevel::Warn,
+                "heap found by guessing from /proc/self/maps ({why}); check the stats' heap size"
+            );
+            (s, b, "unknown", "maps")
+        }
+    };
+    if start % swap_backend::PAGE_SIZE != 0 || bytes == 0 {
+        return Err(format!("implausible heap at {start:#x} of {bytes} bytes"));
+    }
+    let spans = anonymous_spans(&maps, start, bytes);
+    if spans.is_empty() {
+        return Err(format!("no anonymous mapping inside the heap at {start:#x}"));
+    }
+    Ok(FoundHeap {
+        start,
+        bytes,
+        collector,
+        discovery,
+        spans,
+    })
+}
+
+/// The largest run of adjacent anonymous mappings: the heap on a JVM we cannot ask.
+fn largest_anonymous(maps: &[Mapping]) -> Option<(usize, usize)> {
+    let mut best: Option<(usize, usize)> = None;
+    let mut cur: Option<(usize, usize)> = None;
+    for m in maps {
+        if !m.path.is_empty() {
+            cur = None;
+            continue;
+        }
+        cur = match cur {
+            Some((s, e)) if e == m.start => Some((s, m.end)),
+            _ => Some((m.start, m.end)),
+        };
+        let (s, e) = cur.unwrap();
+        if best.is_none_or(|(_, b)| e - s > b) {
+            best = Some((s, e - s));
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+7f0000000000-7f0000100000 rw-p 00000000 00:00 0
+7f0000100000-7f0000200000 rw-p 00000000 00:00 0
+7f0000200000-7f0000300000 rw-p 00001000 fd:01 1234 /usr/lib/jvm/lib/server/classes.jsa
+7f0000300000-7f0000400000 ---p 00000000 00:00 0
+7f1000000000-7f1000001000 r-xp 00000000 fd:01 99 /usr/lib/libc.so.6
+";
+
+    #[test]
+    fn spans_skip_file_backed_mappings_and_merge_neighbours() {
+        let maps = parse_maps(MAPS);
+        assert_eq!(maps.len(), 5);
+        assert_eq!(maps[2].path, "/usr/lib/jvm/lib/server/classes.jsa");
+        let spans = anonymous_spans(&maps, 0x7f0000080000, 0x300000);
+        assert_eq!(
+            spans,
+            vec![
+                Span { start: 0x7f0000080000, end: 0x7f0000200000 },
+                Span { start: 0x7f0000300000, end: 0x7f0000380000 },
+            ]
+        );
+    }
+
+    #[test]
+    fn fallback_picks_the_largest_anonymous_run() {
+        let maps = parse_maps(MAPS);
+        assert_eq!(largest_anonymous(&maps), Some((0x7f0000000000, 0x200000)));
+    }
+}

@@ -1,0 +1,225 @@
+//! The agent's option string, parsed in one pure function.
+//!
+//! `-agentpath:/path/libmemliner_agent.so=key=value,key=value,...`, merged over the
+//! `MEMLINER_OPTIONS` environment variable (same syntax; the agent string wins).
+//!
+//! | key        | value                                   | default |
+//! |------------|-----------------------------------------|---------|
+//! | `server`   | `HOST:PORT`, several joined by `+` (pages striped over them), or `local` (in-process store, for tests) | `local` |
+//! | `local`    | local budget: percent of the heap (`25%`) or a size (`512m`, `2g`) | `100%` |
+//! | `policy`   | `off` (agent loaded, heap not paged) or `baseline` | `baseline` |
+//! | `stats`    | file to write the stats JSON to at VM death (and on SIGQUIT) | none |
+//! | `log`      | `error`, `warn`, `info`, `debug`          | `warn` |
+//! | `handlers` | fault-handler threads, 1..=16             | `1` |
+//! | `token`    | shared secret of the memory server        | none |
+//!
+//! An unknown key or a bad value is an error that names the key and the valid choices.
+
+use swap_backend::units::parse_size;
+
+/// Paging policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Load, classify threads and write stats, but do not page the heap.
+    Off,
+    /// Runtime-agnostic paging, like kernel swap.
+    Baseline,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Off => "off",
+            Policy::Baseline => "baseline",
+        }
+    }
+}
+
+/// How much of the heap may be resident.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Budget {
+    Percent(f64),
+    Bytes(u64),
+}
+
+impl Budget {
+    /// Budget in pages for a heap of `heap_bytes`.
+    pub fn pages(self, heap_bytes: usize, page: usize) -> usize {
+        let bytes = match self {
+            Budget::Percent(p) => (heap_bytes as f64 * p / 100.0) as u64,
+            Budget::Bytes(b) => b,
+        };
+        (bytes as usize / page).min(heap_bytes / page)
+    }
+}
+
+/// Log verbosity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Error = 0,
+    Warn = 1,
+    Info = 2,
+    Debug = 3,
+}
+
+/// Everything the agent was asked to do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    /// Memory servers (`HOST:PORT`); empty means the in-process store.
+    pub servers: Vec<String>,
+    pub budget: Budget,
+    pub policy: Policy,
+    pub stats: Option<String>,
+    pub log: LogLevel,
+    pub handlers: usize,
+    pub token: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            servers: Vec::new(),
+            budget: Budget::Percent(100.0),
+            policy: Policy::Baseline,
+            stats: None,
+            log: LogLevel::Warn,
+            handlers: 1,
+            token: String::new(),
+        }
+    }
+}
+
+const KEYS: &str = "server, local, policy, stats, log, handlers, token";
+
+/// Parses `env` (from `MEMLINER_OPTIONS`, may be empty) then `agent` (the -agentpath string).
+pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
+    let mut o = Options::default();
+    for source in [env, agent] {
+        for item in source.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| format!("option '{item}' has no value: write {item}=VALUE (keys: {KEYS})"))?;
+            let bad = |what: &str| format!("bad value for '{key}': '{value}': {what}");
+            match key {
+                "server" => {
+                    o.servers = if value == "local" {
+                        Vec::new()
+                    } else {
+                        value
+                            .split('+')
+                            .map(|s| {
+                                let (h, p) = s.rsplit_once(':').ok_or_else(|| {
+                                    bad("expected HOST:PORT, several joined by '+', or 'local'")
+                                })?;
+                                if h.is_empty() || p.parse::<u16>().is_err() {
+                                    return Err(bad("expected HOST:PORT with a port of 1-65535"));
+                                }
+                                Ok(s.to_string())
+                            })
+                            .collect::<Result<_, _>>()?
+                    };
+                }
+                "local" => {
+                    o.budget = if let Some(p) = value.strip_suffix('%') {
+                        let p: f64 = p.parse().map_err(|_| bad("expected a percentage like 25%"))?;
+                        if !(p > 0.0 && p <= 100.0) {
+                            return Err(bad("a percentage must be above 0% and at most 100%"));
+                        }
+                        Budget::Percent(p)
+                    } else {
+                        let b = parse_size(value)
+                            .map_err(|_| bad("expected a percentage (25%) or a size (512m, 2g)"))?;
+                        if b == 0 {
+                            return Err(bad("the budget must be above zero"));
+                        }
+                        Budget::Bytes(b)
+                    }
+                }
+                "policy" => {
+                    o.policy = match value {
+                        "off" => Policy::Off,
+                        "baseline" => Policy::Baseline,
+                        _ => return Err(bad("expected one of off, baseline")),
+                    }
+                }
+                "stats" => {
+                    if value.is_empty() {
+                        return Err(bad("expected a file path"));
+                    }
+                    o.stats = Some(value.to_string())
+                }
+                "log" => {
+                    o.log = match value {
+                        "error" => LogLevel::Error,
+                        "warn" => LogLevel::Warn,
+                        "info" => LogLevel::Info,
+                        "debug" => LogLevel::Debug,
+                        _ => return Err(bad("expected one of error, warn, info, debug")),
+                    }
+                }
+                "handlers" => {
+                    o.handlers = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=16).contains(n))
+                        .ok_or_else(|| bad("expected a number of threads from 1 to 16"))?
+                }
+                "token" => o.token = value.to_string(),
+                _ => return Err(format!("unknown option '{key}' (valid keys: {KEYS})")),
+            }
+        }
+    }
+    Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_full_string() {
+        assert_eq!(parse("", "").unwrap(), Options::default());
+        let o = parse(
+            "",
+            "server=127.0.0.1:7070+mem2:7071,local=25%,policy=baseline,stats=/tmp/s.json,log=debug,handlers=2,token=t",
+        )
+        .unwrap();
+        assert_eq!(o.servers, vec!["127.0.0.1:7070", "mem2:7071"]);
+        assert_eq!(o.budget, Budget::Percent(25.0));
+        assert_eq!(o.stats.as_deref(), Some("/tmp/s.json"));
+        assert_eq!(o.log, LogLevel::Debug);
+        assert_eq!(o.handlers, 2);
+        assert_eq!(o.token, "t");
+    }
+
+    #[test]
+    fn sizes_and_percentages() {
+        assert_eq!(parse("", "local=512m").unwrap().budget, Budget::Bytes(512 << 20));
+        assert_eq!(Budget::Percent(25.0).pages(64 << 20, 4096), 4096);
+        assert_eq!(Budget::Bytes(1 << 40).pages(64 << 20, 4096), 16384);
+    }
+
+    #[test]
+    fn agent_string_overrides_environment() {
+        let o = parse("local=50%,log=info", "local=25%").unwrap();
+        assert_eq!(o.budget, Budget::Percent(25.0));
+        assert_eq!(o.log, LogLevel::Info);
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_choices() {
+        let e = parse("", "locall=25%").unwrap_err();
+        assert!(e.contains("unknown option 'locall'") && e.contains("server, local"), "{e}");
+        let e = parse("", "local=abc").unwrap_err();
+        assert!(e.contains("'local'") && e.contains("25%"), "{e}");
+        assert!(parse("", "local=0%").unwrap_err().contains("above 0%"));
+        assert!(parse("", "local=150%").is_err());
+        let e = parse("", "policy=fast").unwrap_err();
+        assert!(e.contains("off, baseline"), "{e}");
+        assert!(parse("", "server=nohost").unwrap_err().contains("HOST:PORT"));
+        assert!(parse("", "server=h:99999").is_err());
+        assert!(parse("", "handlers=0").unwrap_err().contains("1 to 16"));
+        assert!(parse("", "stats").unwrap_err().contains("no value"));
+        assert!(parse("", "log=loud").unwrap_err().contains("error, warn, info, debug"));
+    }
+}

@@ -1,0 +1,156 @@
+//! The stats document: one JSON object, written at VM death and on SIGQUIT (DataDumpRequest).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use crate::pager::{FaultKind, Pager, ThreadClass, FAULT_KINDS};
+
+/// Stop-the-world pause times from JVMTI GarbageCollectionStart/Finish.
+#[derive(Debug, Default)]
+pub struct GcTimes {
+    pauses: AtomicU64,
+    total_ns: AtomicU64,
+    max_ns: AtomicU64,
+    started: Mutex<Option<Instant>>,
+}
+
+impl GcTimes {
+    pub fn pause_started(&self) {
+        *self.started.lock().unwrap() = Some(Instant::now());
+    }
+
+    pub fn pause_finished(&self) {
+        if let Some(t) = self.started.lock().unwrap().take() {
+            let ns = t.elapsed().as_nanos() as u64;
+            self.pauses.fetch_add(1, Ordering::Relaxed);
+            self.total_ns.fetch_add(ns, Ordering::Relaxed);
+            self.max_ns.fetch_max(ns, Ordering::Relaxed);
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "pauses": self.pauses.load(Ordering::Relaxed),
+            "pause_total_ms": self.total_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            "pause_max_ms": self.max_ns.load(Ordering::Relaxed) as f64 / 1e6,
+        })
+    }
+}
+
+/// What the heap looked like when paging started.
+#[derive(Clone, Debug)]
+pub struct HeapInfo {
+    pub base: usize,
+    pub bytes: usize,
+    pub collector: String,
+    pub discovery: &'static str,
+    pub spans: usize,
+}
+
+fn percentiles(h: &hdrhistogram::Histogram<u64>) -> Value {
+    if h.is_empty() {
+        return json!({"count": 0});
+    }
+    json!({
+        "count": h.len(),
+        "p50_us": h.value_at_quantile(0.5) as f64 / 1e3,
+        "p99_us": h.value_at_quantile(0.99) as f64 / 1e3,
+        "max_us": h.max() as f64 / 1e3,
+    })
+}
+
+/// Everything the agent knows, as one document.
+pub fn document(
+    options: &crate::options::Options,
+    heap: Option<&HeapInfo>,
+    pager: Option<&Pager>,
+    gc: &GcTimes,
+    wall: std::time::Duration,
+) -> Value {
+    let mut faults = serde_json::Map::new();
+    let mut totals = [0u64; 4];
+    let mut gc_remote = 0u64;
+    let mut gc_total = 0u64;
+    if let Some(p) = pager {
+        for class in ThreadClass::ALL {
+            let mut m = serde_json::Map::new();
+            let mut sum = 0;
+            for kind in FAULT_KINDS {
+                let v = p.counters().faults[class as usize][kind as usize].load(Ordering::Relaxed);
+                m.insert(kind.name().into(), v.into());
+                totals[kind as usize] += v;
+                if kind != FaultKind::Stale {
+                    sum += v;
+                }
+                if class.is_gc() && kind == FaultKind::Remote {
+                    gc_remote += v;
+                }
+                if class.is_gc() && kind != FaultKind::Stale {
+                    gc_total += v;
+                }
+            }
+            m.insert("total".into(), sum.into());
+            faults.insert(class.name().into(), Value::Object(m));
+        }
+    }
+    let remote = totals[FaultKind::Remote as usize];
+    let all = totals[FaultKind::Zero as usize] + remote + totals[FaultKind::Write as usize];
+    let share = |num: u64, den: u64| if den == 0 { Value::Null } else { json!(num as f64 / den as f64) };
+    let pager_json = pager.map(|p| {
+        let c = p.counters();
+        let l = p.latencies();
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        json!({
+            "budget_pages": p.budget_pages(),
+            "resident_pages": p.resident_pages(),
+            "peak_resident_pages": p.peak_resident_pages(),
+            "resident_pages_mincore": p.mincore_resident_pages(),
+            "heap_pages": p.npages(),
+            "store": p.store_description(),
+            "discard": if p.uses_process_madvise() { "process_madvise" } else { "madvise" },
+            "remote": {
+                "pages_read": ld(&c.pages_read),
+                "pages_written": ld(&c.pages_written),
+                "pages_freed": ld(&c.pages_freed_remote),
+            },
+            "evictions": {
+                "clean": ld(&c.evicted_clean),
+                "dirty": ld(&c.evicted_dirty),
+                "zero": ld(&c.evicted_zero),
+            },
+            "zero_filled_ahead": ld(&c.zero_filled_ahead),
+            "unmap_events": ld(&c.unmap_events),
+            "budget_overruns": ld(&c.budget_overruns),
+            "latency": { "all": percentiles(&l.all), "remote": percentiles(&l.remote) },
+        })
+    });
+    json!({
+        "version": 1,
+        "policy": options.policy.name(),
+        "wall_ms": wall.as_secs_f64() * 1e3,
+        "heap": heap.map(|h| json!({
+            "base": format!("{:#x}", h.base),
+            "bytes": h.bytes,
+            "collector": h.collector,
+            "discovery": h.discovery,
+            "spans": h.spans,
+        })),
+        "pager": pager_json,
+        "faults": {
+            "by_class": Value::Object(faults),
+            "total": all,
+            "zero": totals[FaultKind::Zero as usize],
+            "remote": remote,
+            "write": totals[FaultKind::Write as usize],
+            "stale": totals[FaultKind::Stale as usize],
+            "gc_share_of_remote": share(gc_remote, remote),
+            "gc_share_of_all": share(gc_total, all),
+        },
+        // The prefetch engine comes with the GC-aware policy; counted here from then on.
+        "prefetch": { "issued": 0, "used": 0, "accuracy": null, "coverage": null },
+        "gc": gc.to_json(),
+    })
+}

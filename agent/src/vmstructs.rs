@@ -1,0 +1,259 @@
+//! Reads HotSpot's serviceability tables (`gHotSpotVMStructs`, `gHotSpotVMTypes`): where the
+//! heap is reserved and the values of VM flags, without a patched JVM.
+//!
+//! The tables are arrays of entries whose layout HotSpot itself describes through exported
+//! `...Offset` and `...ArrayStride` symbols; an entry with a null type name ends each array.
+//! These are the same tables the serviceability agent (jhsdb) uses, stable since JDK 6.
+
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_void, CStr};
+
+/// Where the Java heap is reserved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReservedHeap {
+    pub start: usize,
+    pub bytes: usize,
+}
+
+/// The exported tables of a running HotSpot.
+#[derive(Debug)]
+pub struct VmStructs {
+    fields: Vec<Field>,
+    types: Vec<TypeEntry>,
+}
+
+#[derive(Debug, Clone)]
+struct Field {
+    type_name: String,
+    field_name: String,
+    is_static: bool,
+    offset: u64,
+    address: usize,
+}
+
+#[derive(Debug, Clone)]
+struct TypeEntry {
+    name: String,
+    size: u64,
+}
+
+fn sym(handle: *mut c_void, name: &CStr) -> Option<*mut c_void> {
+    // SAFETY: dlsym with a valid handle (or RTLD_DEFAULT) and a NUL-terminated name.
+    let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
+}
+
+/// Reads a `uint64_t` or pointer-sized exported variable.
+fn sym_u64(handle: *mut c_void, name: &CStr) -> Option<u64> {
+    // SAFETY: HotSpot exports these offsets/strides as `uint64_t` variables.
+    sym(handle, name).map(|p| unsafe { *(p as *const u64) })
+}
+
+fn sym_ptr(handle: *mut c_void, name: &CStr) -> Option<usize> {
+    // SAFETY: HotSpot exports the table heads as pointer variables.
+    sym(handle, name).map(|p| unsafe { *(p as *const usize) })
+}
+
+/// libjvm.so's handle: the global namespace when the launcher loaded it RTLD_GLOBAL, else
+/// the library found through /proc/self/maps, opened without loading it again.
+fn libjvm() -> Option<*mut c_void> {
+    if sym(libc::RTLD_DEFAULT, c"gHotSpotVMStructs").is_some() {
+        return Some(libc::RTLD_DEFAULT);
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let path = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.ends_with("/libjvm.so"))?;
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded library.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    (!h.is_null()).then_some(h)
+}
+
+/// Reads a C string at `p` (null gives an empty string).
+///
+/// # Safety
+/// `p` must be null or point to a NUL-terminated string.
+unsafe fn c_str(p: usize) -> String {
+    if p == 0 {
+        return String::new();
+    }
+    // SAFETY: the caller guarantees a NUL-terminated string.
+    unsafe { CStr::from_ptr(p as *const c_char) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+impl VmStructs {
+    /// Reads both tables; `Err` says what is missing (not a HotSpot VM, or stripped).
+    pub fn load() -> Result<VmStructs, String> {
+        let h = libjvm().ok_or("libjvm.so does not export gHotSpotVMStructs")?;
+        let need = |n: &CStr| {
+            sym_u64(h, n).ok_or_else(|| format!("libjvm.so does not export {}", n.to_string_lossy()))
+        };
+        let structs = sym_ptr(h, c"gHotSpotVMStructs").ok_or("no gHotSpotVMStructs")?;
+        let (s_type, s_field, s_static, s_offset, s_address, s_stride) = (
+            need(c"gHotSpotVMStructEntryTypeNameOffset")? as usize,
+            need(c"gHotSpotVMStructEntryFieldNameOffset")? as usize,
+            need(c"gHotSpotVMStructEntryIsStaticOffset")? as usize,
+            need(c"gHotSpotVMStructEntryOffsetOffset")? as usize,
+            need(c"gHotSpotVMStructEntryAddressOffset")? as usize,
+            need(c"gHotSpotVMStructEntryArrayStride")? as usize,
+        );
+        let types = sym_ptr(h, c"gHotSpotVMTypes").ok_or("no gHotSpotVMTypes")?;
+        let (t_name, t_size, t_stride) = (
+            need(c"gHotSpotVMTypeEntryTypeNameOffset")? as usize,
+            need(c"gHotSpotVMTypeEntrySizeOffset")? as usize,
+            need(c"gHotSpotVMTypeEntryArrayStride")? as usize,
+        );
+        let mut fields = Vec::new();
+        let mut e = structs;
+        // SAFETY: the entries and their strings live in libjvm's data for the life of the
+        // process; offsets and strides come from the same VM. The array ends with a null
+        // type name.
+        unsafe {
+            loop {
+                let tn = *((e + s_type) as *const usize);
+                if tn == 0 {
+                    break;
+                }
+                fields.push(Field {
+                    type_name: c_str(tn),
+                    field_name: c_str(*((e + s_field) as *const usize)),
+                    is_static: *((e + s_static) as *const i32) != 0,
+                    offset: *((e + s_offset) as *const u64),
+                    address: *((e + s_address) as *const usize),
+                });
+                e += s_stride;
+            }
+        }
+        let mut type_list = Vec::new();
+        let mut e = types;
+        // SAFETY: as above, for the types table.
+        unsafe {
+            loop {
+                let tn = *((e + t_name) as *const usize);
+                if tn == 0 {
+                    break;
+                }
+                type_list.push(TypeEntry {
+                    name: c_str(tn),
+                    size: *((e + t_size) as *const u64),
+                });
+                e += t_stride;
+            }
+        }
+        Ok(VmStructs {
+            fields,
+            types: type_list,
+        })
+    }
+
+    fn field(&self, ty: &str, name: &str) -> Result<&Field, String> {
+        self.fields
+            .iter()
+            .find(|f| f.type_name == ty && f.field_name == name)
+            .ok_or_else(|| format!("the VM does not describe {ty}::{name}"))
+    }
+
+    fn offset(&self, ty: &str, name: &str) -> Result<usize, String> {
+        let f = self.field(ty, name)?;
+        if f.is_static {
+            return Err(format!("{ty}::{name} is static"));
+        }
+        Ok(f.offset as usize)
+    }
+
+    fn static_address(&self, ty: &str, name: &str) -> Result<usize, String> {
+        let f = self.field(ty, name)?;
+        if !f.is_static || f.address == 0 {
+            return Err(format!("{ty}::{name} has no static address"));
+        }
+        Ok(f.address)
+    }
+
+    fn type_size(&self, ty: &str) -> Result<usize, String> {
+        self.types
+            .iter()
+            .find(|t| t.name == ty)
+            .map(|t| t.size as usize)
+            .ok_or_else(|| format!("the VM does not describe type {ty}"))
+    }
+
+    /// `Universe::_collectedHeap->_reserved`: the whole reserved heap. Valid from VMInit on.
+    pub fn reserved_heap(&self) -> Result<ReservedHeap, String> {
+        let heap_slot = self.static_address("Universe", "_collectedHeap")?;
+        let reserved = self.offset("CollectedHeap", "_reserved")?;
+        let start_off = self.offset("MemRegion", "_start")?;
+        let words_off = self.offset("MemRegion", "_word_size")?;
+        // SAFETY: addresses and offsets come from the VM's own description of these fields;
+        // the heap object lives for the life of the VM.
+        unsafe {
+            let heap = *(heap_slot as *const usize);
+            if heap == 0 {
+                return Err("the heap is not initialised yet".into());
+            }
+            let region = heap + reserved;
+            let start = *((region + start_off) as *const usize);
+            let words = *((region + words_off) as *const usize);
+            Ok(ReservedHeap {
+                start,
+                bytes: words * std::mem::size_of::<usize>(),
+            })
+        }
+    }
+
+    /// The raw value of a VM flag of C type `bool`, `size_t`, `intx` or `uintx`
+    /// (read as 8 bytes; use [`VmStructs::flag_bool`] for booleans).
+    fn flag_addr(&self, name: &str) -> Result<usize, String> {
+        let flags = self.static_address("JVMFlag", "flags")?;
+        let num = self.static_address("JVMFlag", "numFlags")?;
+        let name_off = self.offset("JVMFlag", "_name")?;
+        let addr_off = self.offset("JVMFlag", "_addr")?;
+        let stride = self.type_size("JVMFlag")?;
+        // SAFETY: the flag table is a static array of `numFlags` JVMFlag entries described by
+        // the VM itself; names are C strings in libjvm.
+        unsafe {
+            let base = *(flags as *const usize);
+            let n = *(num as *const usize);
+            for i in 0..n {
+                let e = base + i * stride;
+                let np = *((e + name_off) as *const usize);
+                if np != 0 && CStr::from_ptr(np as *const c_char).to_bytes() == name.as_bytes() {
+                    return Ok(*((e + addr_off) as *const usize));
+                }
+            }
+        }
+        Err(format!("the VM has no flag {name}"))
+    }
+
+    pub fn flag_bool(&self, name: &str) -> Result<bool, String> {
+        // SAFETY: the flag's storage is a C++ bool.
+        self.flag_addr(name)
+            .map(|a| unsafe { *(a as *const u8) != 0 })
+    }
+
+    pub fn flag_u64(&self, name: &str) -> Result<u64, String> {
+        // SAFETY: size_t/uintx flags are 8-byte words on x86-64 and aarch64.
+        self.flag_addr(name).map(|a| unsafe { *(a as *const u64) })
+    }
+}
+
+/// The collector the VM runs, from its `Use...GC` flags.
+pub fn collector(vm: &VmStructs) -> &'static str {
+    for (flag, name) in [
+        ("UseG1GC", "G1"),
+        ("UseParallelGC", "Parallel"),
+        ("UseShenandoahGC", "Shenandoah"),
+        ("UseSerialGC", "Serial"),
+        ("UseZGC", "Z"),
+        ("UseEpsilonGC", "Epsilon"),
+    ] {
+        if vm.flag_bool(flag).unwrap_or(false) {
+            return name;
+        }
+    }
+    "unknown"
+}
