@@ -39,6 +39,9 @@ use swap_backend::{PageStore, PAGE_SIZE};
 
 use crate::uffd::{self, CopyOutcome, Event, Uffd};
 
+/// How long a handler polls for the next fault before it sleeps.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
 const UNTOUCHED: u8 = 0;
 const REMOTE: u8 = 1;
 const CLEAN_ZERO: u8 = 2;
@@ -641,11 +644,9 @@ impl Shared {
 
     /// Picks up to one batch of victims and evicts them; returns how many were evicted.
     fn evict_batch(&self) -> usize {
-        let over = self
-            .resident
-            .load(Ordering::SeqCst)
-            .saturating_sub(self.config.budget_pages);
-        let want = over.clamp(1, self.config.evict_batch);
+        // Evict a whole batch even when one page would do: the write-back, the write-protect
+        // and the discard are then paid once per batch, and the next faults find room.
+        let want = self.config.evict_batch.max(1);
         let mut victims: Vec<(usize, u8)> = Vec::with_capacity(want);
         {
             let mut q = self.queue.lock().unwrap();
@@ -838,9 +839,17 @@ impl Handler {
                 revents: 0,
             },
         ];
+        let mut idle_since = Instant::now();
         loop {
+            // Spin briefly after serving faults before sleeping: the next fault usually follows
+            // within microseconds, and waking a sleeping thread costs more than that on VMs.
+            let timeout = if idle_since.elapsed() < SPIN { 0 } else { -1 };
             // SAFETY: polls two fds we own, with a stack array of pollfds.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+            if rc == 0 {
+                std::hint::spin_loop();
+                continue;
+            }
             if rc < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.kind() == std::io::ErrorKind::Interrupted {
@@ -867,6 +876,7 @@ impl Handler {
                     break;
                 }
                 let started = Instant::now();
+                idle_since = started;
                 for ev in &events[..n] {
                     self.handle(*ev, started);
                 }

@@ -1,1 +1,10 @@
+//! The `memliner` command's pieces, as a library so that integration tests and benchmarks use
+//! the same code as the command.
 
+#![deny(missing_debug_implementations)]
+
+pub mod bench;
+pub mod locate;
+pub mod run;
+pub mod summary;
+pub mod workloads;

@@ -1,1 +1,318 @@
-fn main(){}
+//! `memliner`: run a JVM with its heap in far memory, serve that memory, measure it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use memliner_cli::run::{launch, RunConfig};
+use memliner_cli::{bench, locate, summary, workloads};
+
+#[derive(Parser, Debug)]
+#[command(name = "memliner", version, about = "Far-memory paging for the Java heap")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run a JVM with the agent: `memliner run --local 25% -- java -Xmx4g -jar app.jar`.
+    Run {
+        /// Local memory budget: percent of the heap (25%) or a size (512m, 2g).
+        #[arg(long, default_value = "25%")]
+        local: String,
+        /// Memory server(s) HOST:PORT, several joined by '+'; default: an embedded server on
+        /// loopback, started for this run.
+        #[arg(long)]
+        server: Option<String>,
+        /// Paging policy: off or baseline.
+        #[arg(long, default_value = "baseline")]
+        policy: String,
+        /// Also keep the stats JSON in this file.
+        #[arg(long)]
+        stats: Option<PathBuf>,
+        /// Agent log level: error, warn, info, debug.
+        #[arg(long)]
+        log: Option<String>,
+        /// Fault-handler threads (1-16).
+        #[arg(long)]
+        handlers: Option<usize>,
+        /// Token of the memory server.
+        #[arg(long)]
+        token: Option<String>,
+        /// Do not print the summary.
+        #[arg(long, short)]
+        quiet: bool,
+        /// The JVM command line.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Serve memory to agents: `memliner server --listen 127.0.0.1:7070 --capacity 8g`.
+    Server {
+        /// Address to listen on; loopback unless told otherwise.
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        listen: String,
+        /// Bytes of page storage for all clients together (512m, 8g).
+        #[arg(long, default_value = "8g")]
+        capacity: String,
+        /// Require clients to present this token (also read from MEMLINER_TOKEN).
+        #[arg(long, env = "MEMLINER_TOKEN")]
+        token: Option<String>,
+        /// Log every connection.
+        #[arg(long, short)]
+        verbose: bool,
+    },
+    /// Build the workloads and run the graph workload all-local and at 25% local on the
+    /// embedded server, then compare.
+    Demo {
+        /// Workload: graph or kv.
+        #[arg(long, default_value = "graph")]
+        workload: String,
+        /// Local budget of the paged run.
+        #[arg(long, default_value = "25%")]
+        local: String,
+        /// Collector: G1, Parallel, Shenandoah, Serial.
+        #[arg(long, default_value = "G1")]
+        gc: String,
+    },
+    /// Measure agent overhead, fault service, TCP throughput and the 25% baseline.
+    Bench {
+        /// A shorter run (G1 only, 3 repetitions).
+        #[arg(long)]
+        quick: bool,
+        /// Repetitions (overrides the preset).
+        #[arg(long)]
+        reps: Option<usize>,
+        /// Output folder (default benchmarks/results/<timestamp>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Check that this machine can run the agent.
+    Doctor,
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("memliner: {msg}");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Run {
+            local,
+            server,
+            policy,
+            stats,
+            log,
+            handlers,
+            token,
+            quiet,
+            command,
+        } => {
+            let cfg = RunConfig {
+                agent: true,
+                local,
+                server,
+                policy,
+                stats,
+                log,
+                handlers,
+                token,
+            };
+            match launch(&cfg, &command, false) {
+                Ok(out) => {
+                    if !quiet {
+                        match &out.stats {
+                            Some(s) => {
+                                for l in summary::lines(s) {
+                                    eprintln!("memliner: {l}");
+                                }
+                            }
+                            None => eprintln!("memliner: the JVM wrote no stats (it exited before VM death)"),
+                        }
+                    }
+                    ExitCode::from(out.exit_code().clamp(0, 255) as u8)
+                }
+                Err(e) => fail(e),
+            }
+        }
+        Cmd::Server {
+            listen,
+            capacity,
+            token,
+            verbose,
+        } => {
+            let capacity_bytes = match swap_backend::units::parse_size(&capacity) {
+                Ok(b) if b >= 4096 => b,
+                Ok(_) => return fail("--capacity must be at least one page (4096)"),
+                Err(e) => return fail(format!("--capacity: {e}")),
+            };
+            let cfg = swap_backend::server::ServerConfig {
+                capacity_bytes,
+                token,
+                verbose,
+            };
+            match swap_backend::server::spawn(&listen, cfg) {
+                Ok(h) => {
+                    eprintln!(
+                        "memliner-server: listening on {} with {} for pages",
+                        h.local_addr(),
+                        swap_backend::units::format_size(capacity_bytes)
+                    );
+                    h.wait();
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("cannot listen on {listen}: {e}")),
+            }
+        }
+        Cmd::Demo { workload, local, gc } => match demo(&workload, &local, &gc) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        },
+        Cmd::Bench { quick, reps, out } => {
+            let out = out.unwrap_or_else(|| {
+                let root = locate::project_root().unwrap_or_else(|_| PathBuf::from("."));
+                root.join("benchmarks/results").join(timestamp())
+            });
+            let mut cfg = if quick {
+                bench::BenchConfig::quick(out)
+            } else {
+                bench::BenchConfig::full(out)
+            };
+            if let Some(r) = reps {
+                cfg.reps = r.max(1);
+            }
+            match bench::run(&cfg) {
+                Ok(report) => {
+                    eprintln!("memliner: report written to {}", report.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        Cmd::Doctor => doctor(),
+    }
+}
+
+fn timestamp() -> String {
+    let out = std::process::Command::new("date")
+        .arg("+%Y%m%d-%H%M%S")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .unwrap_or_default();
+    out.trim().to_string()
+}
+
+fn demo(workload: &str, local: &str, gc: &str) -> Result<(), String> {
+    let w = workloads::Workload::parse(workload)?;
+    let root = locate::project_root()?;
+    eprintln!("memliner: building the Java workloads");
+    let classes = workloads::ensure_built(&root)?;
+    let cmd: Vec<String> = vec![
+        locate::java().display().to_string(),
+        format!("-XX:+Use{gc}GC"),
+        "-Xms64m".into(),
+        "-Xmx64m".into(),
+        "-cp".into(),
+        classes.display().to_string(),
+        w.class().into(),
+    ];
+    let mut rows = Vec::new();
+    for (label, cfg) in [
+        (
+            "all local (no agent)".to_string(),
+            RunConfig {
+                agent: false,
+                ..RunConfig::default()
+            },
+        ),
+        (
+            format!("{local} local, baseline, embedded TCP server"),
+            RunConfig {
+                local: local.into(),
+                ..RunConfig::default()
+            },
+        ),
+    ] {
+        eprintln!("memliner: running {} {label}", w.name());
+        let out = launch(&cfg, &cmd, true)?;
+        let result = workloads::parse_result(&out.stdout).ok_or_else(|| {
+            format!("{label}: the workload printed no RESULT line; stderr:\n{}", out.stderr)
+        })?;
+        if !out.status.success() || workloads::field(&result, "verified") != Some("true") {
+            return Err(format!("{label}: the workload failed ({}):\n{}", out.status, out.stderr));
+        }
+        if let Some(s) = &out.stats {
+            for l in summary::lines(s) {
+                eprintln!("  {l}");
+            }
+        }
+        rows.push((
+            label,
+            out.wall.as_secs_f64(),
+            workloads::field(&result, "checksum").unwrap_or("?").to_string(),
+        ));
+    }
+    println!("\n{:<45} {:>10} {:>18}", "configuration", "wall s", "checksum");
+    for (l, s, c) in &rows {
+        println!("{l:<45} {s:>10.2} {c:>18}");
+    }
+    println!(
+        "\nslowdown at {local} local: {:.2}x; checksums {}",
+        rows[1].1 / rows[0].1,
+        if rows[0].2 == rows[1].2 { "match" } else { "DIFFER" }
+    );
+    if rows[0].2 != rows[1].2 {
+        return Err("the paged run computed a different checksum".into());
+    }
+    Ok(())
+}
+
+fn doctor() -> ExitCode {
+    let mut ok = true;
+    let mut check = |what: &str, r: Result<String, String>| match r {
+        Ok(s) => println!("ok    {what}: {s}"),
+        Err(e) => {
+            ok = false;
+            println!("FAIL  {what}: {e}")
+        }
+    };
+    check(
+        "userfaultfd with write-protect, thread ids and unmap events",
+        memliner_agent::uffd::Uffd::open(
+            memliner_agent::uffd::FEATURE_PAGEFAULT_FLAG_WP
+                | memliner_agent::uffd::FEATURE_THREAD_ID
+                | memliner_agent::uffd::FEATURE_EVENT_UNMAP,
+        )
+        .map(|u| {
+            if u.user_mode_only() {
+                "available for user-mode faults only (vm.unprivileged_userfaultfd=0 and no access to /dev/userfaultfd)".into()
+            } else {
+                format!("available (features {:#x})", u.features())
+            }
+        })
+        .map_err(|e| format!("{e}; as root: sysctl vm.unprivileged_userfaultfd=1 or give access to /dev/userfaultfd")),
+    );
+    check("agent library", locate::agent().map(|p| p.display().to_string()));
+    check(
+        "java",
+        std::process::Command::new(locate::java())
+            .arg("-version")
+            .output()
+            .map_err(|e| format!("cannot run java: {e}"))
+            .map(|o| {
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .next()
+                    .unwrap_or("?")
+                    .to_string()
+            }),
+    );
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

@@ -218,6 +218,8 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
         // get their replies in one write.
         if reader.buffer().is_empty() {
             writer.flush().map_err(io)?;
+            // A pager asks again soon after an answer: spin briefly rather than sleep.
+            crate::tcp::spin_until_readable(reader.get_ref());
         }
         let Some(h) = read(&mut reader, &mut payload)? else {
             writer.flush().map_err(io)?;

@@ -1,0 +1,167 @@
+//! Launching a JVM with the agent: the option string, the embedded memory server, the stats.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use swap_backend::server::{self, ServerConfig, ServerHandle};
+
+/// How to run one JVM.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Load the agent at all (false: a plain JVM, the all-local reference).
+    pub agent: bool,
+    /// `local=` value: `25%`, `512m`.
+    pub local: String,
+    /// Memory servers (`HOST:PORT`, several joined by `+`); `None` starts an embedded one.
+    pub server: Option<String>,
+    pub policy: String,
+    pub stats: Option<PathBuf>,
+    pub log: Option<String>,
+    pub handlers: Option<usize>,
+    pub token: Option<String>,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            agent: true,
+            local: "100%".into(),
+            server: None,
+            policy: "baseline".into(),
+            stats: None,
+            log: None,
+            handlers: None,
+            token: None,
+        }
+    }
+}
+
+/// What a run left behind.
+#[derive(Debug)]
+pub struct RunOutcome {
+    pub status: ExitStatus,
+    pub wall: Duration,
+    /// The stats document, if the agent wrote one.
+    pub stats: Option<serde_json::Value>,
+    /// Captured output (empty when inherited).
+    pub stdout: String,
+    pub stderr: String,
+    /// The embedded server's address, if one was started.
+    pub embedded: Option<String>,
+}
+
+impl RunOutcome {
+    /// The process's exit code, or 128 + signal as a shell reports it.
+    pub fn exit_code(&self) -> i32 {
+        use std::os::unix::process::ExitStatusExt;
+        self.status
+            .code()
+            .unwrap_or_else(|| 128 + self.status.signal().unwrap_or(0))
+    }
+}
+
+/// The `-agentpath:` argument for `cfg`, given the server to use.
+pub fn agent_arg(agent: &std::path::Path, cfg: &RunConfig, server: Option<&str>, stats: &std::path::Path) -> String {
+    let mut opts = vec![
+        format!("local={}", cfg.local),
+        format!("policy={}", cfg.policy),
+        format!("stats={}", stats.display()),
+    ];
+    if let Some(s) = server {
+        opts.insert(0, format!("server={s}"));
+    }
+    if let Some(l) = &cfg.log {
+        opts.push(format!("log={l}"));
+    }
+    if let Some(h) = cfg.handlers {
+        opts.push(format!("handlers={h}"));
+    }
+    if let Some(t) = &cfg.token {
+        opts.push(format!("token={t}"));
+    }
+    format!("-agentpath:{}={}", agent.display(), opts.join(","))
+}
+
+/// Starts an in-process memory server on a free loopback port.
+pub fn embedded_server() -> Result<ServerHandle, String> {
+    server::spawn(
+        "127.0.0.1:0",
+        ServerConfig {
+            // Bounded by this machine's memory, not by a setting: the demo server only ever
+            // holds what one JVM's heap evicts.
+            capacity_bytes: 1 << 40,
+            token: None,
+            verbose: false,
+        },
+    )
+    .map_err(|e| format!("cannot start the embedded memory server: {e}"))
+}
+
+/// Runs `command` (`java ...`) under `cfg`. With `capture`, stdout/stderr are collected,
+/// else inherited.
+pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunOutcome, String> {
+    let (program, args) = command
+        .split_first()
+        .ok_or("no command given: write `memliner run -- java ...`")?;
+    if args.iter().any(|a| a.contains(crate::locate::AGENT_FILE)) {
+        return Err("the command already loads the memliner agent; drop its -agentpath".into());
+    }
+    let mut embedded = None;
+    let mut stats_path = None;
+    let mut cmd = Command::new(program);
+    if cfg.agent {
+        let agent = crate::locate::agent()?;
+        let server = match (&cfg.server, cfg.policy.as_str()) {
+            (Some(s), _) => Some(s.clone()),
+            (None, "off") => None,
+            (None, _) => {
+                let h = embedded_server()?;
+                let a = h.local_addr().to_string();
+                embedded = Some(h);
+                Some(a)
+            }
+        };
+        let stats = cfg.stats.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!(
+                "memliner-stats-{}-{}.json",
+                std::process::id(),
+                Instant::now().elapsed().as_nanos()
+            ))
+        });
+        let _ = std::fs::remove_file(&stats);
+        cmd.arg(agent_arg(&agent, cfg, server.as_deref(), &stats));
+        stats_path = Some(stats);
+    }
+    cmd.args(args);
+    if capture {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
+    let started = Instant::now();
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("waiting for {program}: {e}"))?;
+    let wall = started.elapsed();
+    let stats = stats_path.as_ref().and_then(|p| {
+        let doc = std::fs::read_to_string(p).ok()?;
+        if cfg.stats.is_none() {
+            let _ = std::fs::remove_file(p);
+        }
+        serde_json::from_str(&doc).ok()
+    });
+    let embedded_addr = embedded.as_ref().map(|h| h.local_addr().to_string());
+    if let Some(h) = embedded {
+        h.stop();
+    }
+    Ok(RunOutcome {
+        status: out.status,
+        wall,
+        stats,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        embedded: embedded_addr,
+    })
+}
