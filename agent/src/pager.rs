@@ -686,22 +686,40 @@ impl Shared {
             .map(|v| v.0)
             .collect();
         for (s, l) in runs(self.base, &dirty) {
-            if let Err(e) = self.uffd.write_protect(s, l, true, false) {
-                self.die(&format!("cannot write-protect heap pages at {s:#x}: {e}"));
+            match self.uffd.write_protect(s, l, true, false) {
+                Ok(true) => {}
+                Ok(false) => {
+                    // An unread event is changing the mm: put the victims back (a page left
+                    // protected but Dirty is unprotected by its next write fault) and let the
+                    // handler read events first.
+                    let mut q = self.queue.lock().unwrap();
+                    for &(p, st) in &victims {
+                        self.state[p].store(st, Ordering::SeqCst);
+                        q.push_back(p as u32);
+                    }
+                    return 0;
+                }
+                Err(e) => self.die(&format!("cannot write-protect heap pages at {s:#x}: {e}")),
             }
         }
+        let mut copies = vec![0u8; dirty.len() * PAGE_SIZE];
+        let copied = self.copy_out(&dirty, &mut copies);
         let mut write_ids = Vec::with_capacity(dirty.len());
         let mut write_buf = Vec::with_capacity(dirty.len() * PAGE_SIZE);
         let mut to_free = Vec::new();
         let mut new_state = Vec::with_capacity(victims.len());
+        let mut next_dirty = 0;
         for &(p, s) in &victims {
             let ns = match s {
                 DIRTY => {
-                    // SAFETY: the page is resident and Busy (ours); reading it cannot fault.
-                    let src = unsafe {
-                        std::slice::from_raw_parts(self.page_addr(p) as *const u8, PAGE_SIZE)
-                    };
-                    if src.iter().all(|b| *b == 0) {
+                    let i = next_dirty;
+                    next_dirty += 1;
+                    let src = &copies[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+                    if !copied[i] {
+                        // The JVM unmapped the page under us (heap shrink); its UNMAP event
+                        // resets it. Nothing to keep.
+                        UNTOUCHED
+                    } else if src.iter().all(|b| *b == 0) {
                         if self.stored[p].swap(false, Ordering::Relaxed) {
                             to_free.push(p as u64);
                         }
@@ -760,6 +778,49 @@ impl Shared {
         }
         self.resident.fetch_sub(victims.len(), Ordering::SeqCst);
         victims.len()
+    }
+
+    /// Copies the given resident pages out with process_vm_readv on ourselves, so that a page
+    /// the JVM unmapped concurrently (heap shrink) reads as a failure instead of a SIGSEGV in
+    /// the handler. Returns which pages were copied.
+    fn copy_out(&self, pages: &[usize], out: &mut [u8]) -> Vec<bool> {
+        let mut ok = vec![false; pages.len()];
+        let mut i = 0;
+        while i < pages.len() {
+            let n = (pages.len() - i).min(512);
+            let local: Vec<libc::iovec> = (i..i + n)
+                .map(|k| libc::iovec {
+                    iov_base: out[k * PAGE_SIZE..].as_mut_ptr().cast(),
+                    iov_len: PAGE_SIZE,
+                })
+                .collect();
+            let remote: Vec<libc::iovec> = pages[i..i + n]
+                .iter()
+                .map(|&p| libc::iovec {
+                    iov_base: self.page_addr(p) as *mut _,
+                    iov_len: PAGE_SIZE,
+                })
+                .collect();
+            // SAFETY: local iovecs cover `out`; remote ones name our own heap pages, which the
+            // kernel reads with fault checks (an unmapped page fails, it does not crash us).
+            let got = unsafe {
+                libc::process_vm_readv(
+                    libc::getpid(),
+                    local.as_ptr(),
+                    n as _,
+                    remote.as_ptr(),
+                    n as _,
+                    0,
+                )
+            };
+            let whole = if got > 0 { got as usize / PAGE_SIZE } else { 0 };
+            for flag in &mut ok[i..i + whole] {
+                *flag = true;
+            }
+            // Skip the page that failed (if any) and go on after it.
+            i += whole + usize::from(whole < n);
+        }
+        ok
     }
 
     /// Forgets pages of an unmapped range, then registers what is mapped there now.
@@ -843,13 +904,10 @@ impl Handler {
         loop {
             // Spin briefly after serving faults before sleeping: the next fault usually follows
             // within microseconds, and waking a sleeping thread costs more than that on VMs.
-            let timeout = if idle_since.elapsed() < SPIN { 0 } else { -1 };
+            // Never sleep with faults waiting for a retry.
+            let spin = !self.retry.is_empty() || idle_since.elapsed() < SPIN;
             // SAFETY: polls two fds we own, with a stack array of pollfds.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
-            if rc == 0 {
-                std::hint::spin_loop();
-                continue;
-            }
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, if spin { 0 } else { -1 }) };
             if rc < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.kind() == std::io::ErrorKind::Interrupted {
@@ -857,7 +915,7 @@ impl Handler {
                 }
                 self.s.die(&format!("fault handler cannot poll: {e}"));
             }
-            if fds[1].revents != 0 {
+            if rc > 0 && fds[1].revents != 0 {
                 // On stop the eventfd is left readable so that every handler sees it.
                 if self.s.stop.load(Ordering::SeqCst) {
                     return;
@@ -867,27 +925,29 @@ impl Handler {
                 unsafe { libc::read(fds[1].fd, (&mut v as *mut u64).cast(), 8) };
                 self.s.trim();
             }
-            loop {
-                let n = match self.s.uffd.read_events(&mut events) {
+            // New events first: an UNMAP event read here is what lets an EAGAIN'd retry below
+            // succeed (the kernel refuses copies while an unread event changes the mm).
+            let n = if rc > 0 && fds[0].revents != 0 {
+                match self.s.uffd.read_events(&mut events) {
                     Ok(n) => n,
                     Err(e) => self.s.die(&format!("fault handler cannot read faults: {e}")),
-                };
-                if n == 0 {
-                    break;
                 }
-                let started = Instant::now();
-                idle_since = started;
-                for ev in &events[..n] {
-                    self.handle(*ev, started);
-                }
-                self.flush_wakes();
-                while !self.retry.is_empty() {
-                    std::thread::yield_now();
-                    for ev in std::mem::take(&mut self.retry) {
-                        self.handle(ev, started);
-                    }
-                    self.flush_wakes();
-                }
+            } else {
+                0
+            };
+            if n == 0 && self.retry.is_empty() {
+                std::hint::spin_loop();
+                continue;
+            }
+            let started = Instant::now();
+            idle_since = started;
+            let retries = std::mem::take(&mut self.retry);
+            for ev in events[..n].iter().copied().chain(retries) {
+                self.handle(ev, started);
+            }
+            self.flush_wakes();
+            if !self.retry.is_empty() {
+                std::thread::yield_now();
             }
         }
     }
@@ -978,16 +1038,13 @@ impl Handler {
     /// Maps `src` at page `p` (which this handler owns), without waking; the wake is batched.
     fn install(&mut self, p: usize, src: *const u8, write_protect: bool) -> CopyOutcome {
         let addr = self.s.page_addr(p);
-        loop {
-            // SAFETY: src is a full page (the zero page or our fetch buffer); page p is in the
-            // registered region and Busy, so nobody else maps it.
-            match unsafe { self.s.uffd.copy(addr, src, PAGE_SIZE, write_protect, false) } {
-                Ok(CopyOutcome::Again) => std::thread::yield_now(),
-                Ok(o) => return o,
-                Err(e) => self
-                    .s
-                    .die(&format!("cannot map heap page {p} at {addr:#x}: {e}")),
-            }
+        // SAFETY: src is a full page (the zero page or our fetch buffer); page p is in the
+        // registered region and Busy, so nobody else maps it.
+        match unsafe { self.s.uffd.copy(addr, src, PAGE_SIZE, write_protect, false) } {
+            Ok(o) => o,
+            Err(e) => self
+                .s
+                .die(&format!("cannot map heap page {p} at {addr:#x}: {e}")),
         }
     }
 
@@ -1028,6 +1085,16 @@ impl Handler {
                     (self.fetch_buf.as_ptr(), FaultKind::Remote)
                 };
                 let outcome = self.install(p, src, !write);
+                if outcome == CopyOutcome::Again {
+                    // The mm is changing under an unread event: give everything back and retry
+                    // once the event is read.
+                    self.s.state[p].store(s, Ordering::SeqCst);
+                    for &q in &ahead {
+                        self.s.state[q].store(UNTOUCHED, Ordering::SeqCst);
+                    }
+                    self.s.resident.fetch_sub(1 + ahead.len(), Ordering::SeqCst);
+                    return self.retry.push(ev);
+                }
                 self.finish_install(p, outcome, if write { DIRTY } else if s == UNTOUCHED { CLEAN_ZERO } else { CLEAN });
                 for q in ahead {
                     let o = self.install(q, ZERO_PAGE.0.as_ptr(), false);
@@ -1047,6 +1114,10 @@ impl Handler {
                     return self.retry.push(ev);
                 }
                 let o = self.install(p, ZERO_PAGE.0.as_ptr(), false);
+                if o == CopyOutcome::Again {
+                    self.s.state[p].store(s, Ordering::SeqCst);
+                    return self.retry.push(ev);
+                }
                 let ns = if o == CopyOutcome::Copied { DIRTY } else { s };
                 self.s.state[p].store(ns, Ordering::SeqCst);
                 self.wakes.push(self.s.page_addr(p));
@@ -1084,7 +1155,8 @@ impl Handler {
                 self.s.queue.lock().unwrap().push_back(p as u32);
             }
             _ => {
-                // The range went away under us (unmapped); the UNMAP event resets it.
+                // The range went away under us (unmapped, or `Again` for a fill-ahead page):
+                // leave the page untouched; an UNMAP event resets the rest.
                 self.s.resident.fetch_sub(1, Ordering::SeqCst);
                 self.s.state[p].store(UNTOUCHED, Ordering::SeqCst);
             }
@@ -1104,9 +1176,15 @@ impl Handler {
                     return self.retry.push(ev);
                 }
                 let a = self.s.page_addr(p);
-                if let Err(e) = self.s.uffd.write_protect(a, PAGE_SIZE, false, true) {
-                    self.s
-                        .die(&format!("cannot unprotect heap page {p} at {a:#x}: {e}"));
+                match self.s.uffd.write_protect(a, PAGE_SIZE, false, true) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.s.state[p].store(s, Ordering::SeqCst);
+                        return self.retry.push(ev);
+                    }
+                    Err(e) => self
+                        .s
+                        .die(&format!("cannot unprotect heap page {p} at {a:#x}: {e}")),
                 }
                 self.s.referenced[p].store(true, Ordering::Relaxed);
                 self.count(class, if s == DIRTY { FaultKind::Stale } else { FaultKind::Write });

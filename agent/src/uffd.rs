@@ -291,14 +291,15 @@ impl Uffd {
     }
 
     /// Sets (`protect`) or clears write protection on present pages of a range. Clearing wakes
-    /// the writers waiting there unless `wake` is false.
+    /// the writers waiting there unless `wake` is false. `Ok(false)`: EAGAIN, the mm is
+    /// changing under an unread event; read events, then retry.
     pub fn write_protect(
         &self,
         start: usize,
         len: usize,
         protect: bool,
         wake: bool,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         let mut arg = WriteProtectArg {
             range: Range {
                 start: start as u64,
@@ -313,18 +314,16 @@ impl Uffd {
                 WP_MODE_DONTWAKE
             },
         };
-        loop {
-            // SAFETY: reads one WriteProtectArg; changes page protection bits only.
-            let rc = unsafe { libc::ioctl(self.raw_fd(), UFFDIO_WRITEPROTECT as _, &mut arg) };
-            if rc == 0 {
-                return Ok(());
-            }
-            let e = last_err();
-            match e.raw_os_error() {
-                Some(libc::EAGAIN) => continue,
-                Some(libc::ENOENT) | Some(libc::ESRCH) => return Ok(()),
-                _ => return Err(e),
-            }
+        // SAFETY: reads one WriteProtectArg; changes page protection bits only.
+        let rc = unsafe { libc::ioctl(self.raw_fd(), UFFDIO_WRITEPROTECT as _, &mut arg) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = last_err();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) => Ok(false),
+            Some(libc::ENOENT) | Some(libc::ESRCH) => Ok(true),
+            _ => Err(e),
         }
     }
 
