@@ -89,8 +89,9 @@ pub fn discover() -> Result<FoundHeap, String> {
             (h.start, h.bytes, vmstructs::collector(&vm), "vmstructs")
         }
         Err(why) => {
-            let (s, b) = largest_anonymous(&maps)
-                .ok_or_else(|| format!("cannot find the heap: {why}, and /proc/self/maps has no candidate"))?;
+            let (s, b) = largest_anonymous(&maps).ok_or_else(|| {
+                format!("cannot find the heap: {why}, and /proc/self/maps has no candidate")
+            })?;
             crate::log!(
                 LogLevel::Warn,
                 "heap found by guessing from /proc/self/maps ({why}); check the stats' heap size"
@@ -103,7 +104,9 @@ pub fn discover() -> Result<FoundHeap, String> {
     }
     let spans = anonymous_spans(&maps, start, bytes);
     if spans.is_empty() {
-        return Err(format!("no anonymous mapping inside the heap at {start:#x}"));
+        return Err(format!(
+            "no anonymous mapping inside the heap at {start:#x}"
+        ));
     }
     Ok(FoundHeap {
         start,
@@ -156,8 +159,14 @@ mod tests {
         assert_eq!(
             spans,
             vec![
-                Span { start: 0x7f0000080000, end: 0x7f0000200000 },
-                Span { start: 0x7f0000300000, end: 0x7f0000380000 },
+                Span {
+                    start: 0x7f0000080000,
+                    end: 0x7f0000200000
+                },
+                Span {
+                    start: 0x7f0000300000,
+                    end: 0x7f0000380000
+                },
             ]
         );
     }

@@ -67,7 +67,9 @@ impl JavaVm {
         // SAFETY: per the JNI spec.
         let rc = unsafe { get_env(vm, &mut env, JVMTI_VERSION_1_2) };
         if rc != JNI_OK || env.is_null() {
-            return Err(format!("the JVM offers no JVMTI 1.2 environment (GetEnv returned {rc})"));
+            return Err(format!(
+                "the JVM offers no JVMTI 1.2 environment (GetEnv returned {rc})"
+            ));
         }
         Ok(env.cast())
     }

@@ -205,7 +205,9 @@ fn start_paging(rt: &Runtime) -> Result<(), String> {
 }
 
 fn write_stats(rt: &Runtime) {
-    let Some(path) = &rt.options.stats else { return };
+    let Some(path) = &rt.options.stats else {
+        return;
+    };
     let doc = stats::document(
         &rt.options,
         rt.heap.get(),

@@ -96,9 +96,9 @@ pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
     let mut o = Options::default();
     for source in [env, agent] {
         for item in source.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (key, value) = item
-                .split_once('=')
-                .ok_or_else(|| format!("option '{item}' has no value: write {item}=VALUE (keys: {KEYS})"))?;
+            let (key, value) = item.split_once('=').ok_or_else(|| {
+                format!("option '{item}' has no value: write {item}=VALUE (keys: {KEYS})")
+            })?;
             let bad = |what: &str| format!("bad value for '{key}': '{value}': {what}");
             match key {
                 "server" => {
@@ -121,7 +121,9 @@ pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
                 }
                 "local" => {
                     o.budget = if let Some(p) = value.strip_suffix('%') {
-                        let p: f64 = p.parse().map_err(|_| bad("expected a percentage like 25%"))?;
+                        let p: f64 = p
+                            .parse()
+                            .map_err(|_| bad("expected a percentage like 25%"))?;
                         if !(p > 0.0 && p <= 100.0) {
                             return Err(bad("a percentage must be above 0% and at most 100%"));
                         }
@@ -194,7 +196,10 @@ mod tests {
 
     #[test]
     fn sizes_and_percentages() {
-        assert_eq!(parse("", "local=512m").unwrap().budget, Budget::Bytes(512 << 20));
+        assert_eq!(
+            parse("", "local=512m").unwrap().budget,
+            Budget::Bytes(512 << 20)
+        );
         assert_eq!(Budget::Percent(25.0).pages(64 << 20, 4096), 4096);
         assert_eq!(Budget::Bytes(1 << 40).pages(64 << 20, 4096), 16384);
     }
@@ -209,17 +214,24 @@ mod tests {
     #[test]
     fn errors_name_the_key_and_the_choices() {
         let e = parse("", "locall=25%").unwrap_err();
-        assert!(e.contains("unknown option 'locall'") && e.contains("server, local"), "{e}");
+        assert!(
+            e.contains("unknown option 'locall'") && e.contains("server, local"),
+            "{e}"
+        );
         let e = parse("", "local=abc").unwrap_err();
         assert!(e.contains("'local'") && e.contains("25%"), "{e}");
         assert!(parse("", "local=0%").unwrap_err().contains("above 0%"));
         assert!(parse("", "local=150%").is_err());
         let e = parse("", "policy=fast").unwrap_err();
         assert!(e.contains("off, baseline"), "{e}");
-        assert!(parse("", "server=nohost").unwrap_err().contains("HOST:PORT"));
+        assert!(parse("", "server=nohost")
+            .unwrap_err()
+            .contains("HOST:PORT"));
         assert!(parse("", "server=h:99999").is_err());
         assert!(parse("", "handlers=0").unwrap_err().contains("1 to 16"));
         assert!(parse("", "stats").unwrap_err().contains("no value"));
-        assert!(parse("", "log=loud").unwrap_err().contains("error, warn, info, debug"));
+        assert!(parse("", "log=loud")
+            .unwrap_err()
+            .contains("error, warn, info, debug"));
     }
 }

@@ -14,12 +14,16 @@
 //! content is all zeros at eviction goes back to `Untouched` and costs no remote space.
 //!
 //! # Eviction is race-free
-//! 1. claim the victim (`Busy`), 2. write-protect it if dirty (writers now block in a WP fault),
-//! 3. copy it out and write it back, 4. `MADV_DONTNEED`, 5. mark it `Remote`. A writer blocked in
-//! step 2 is woken when its WP fault is read after step 5 and re-faults as MISSING, which
-//! fetches the written-back copy. Readers during 2-4 read the unchanged page; readers after 4
-//! fault as MISSING and are served once the page is `Remote`. `mprotect` is never used: HotSpot's
-//! SIGSEGV handler would see it.
+//! 1. claim the victim (`Busy`);
+//! 2. write-protect it if dirty (writers now block in a WP fault);
+//! 3. copy it out and write it back;
+//! 4. `MADV_DONTNEED`;
+//! 5. mark it `Remote`.
+//!
+//! A writer blocked in step 2 is woken when its WP fault is read after step 5 and re-faults as
+//! MISSING, which fetches the written-back copy. Readers during 2-4 read the unchanged page;
+//! readers after 4 fault as MISSING and are served once the page is `Remote`. `mprotect` is
+//! never used: HotSpot's SIGSEGV handler would see it.
 //!
 //! # Races between handler threads
 //! Each fault claims its page with a compare-and-swap to `Busy`; a handler that finds a page
@@ -300,7 +304,9 @@ impl Pager {
             queue: Mutex::new(VecDeque::new()),
             classifier,
             counters: PagerCounters::default(),
-            latencies: (0..handlers).map(|_| Mutex::new(Latencies::new())).collect(),
+            latencies: (0..handlers)
+                .map(|_| Mutex::new(Latencies::new()))
+                .collect(),
             fatal,
             stop: AtomicBool::new(false),
             wakeup,
@@ -311,9 +317,10 @@ impl Pager {
         let mut threads = Vec::new();
         for i in 0..handlers {
             let s = shared.clone();
-            threads.push(spawn_blocking_signals(format!("memliner-fault{i}"), move || {
-                Handler::new(s, i).run()
-            })?);
+            threads.push(spawn_blocking_signals(
+                format!("memliner-fault{i}"),
+                move || Handler::new(s, i).run(),
+            )?);
         }
         let pager = Pager { shared, threads };
         for span in spans {
@@ -605,10 +612,9 @@ impl Shared {
         let resident = mincore_resident(start, (end - start) / PAGE_SIZE);
         let mut q = self.queue.lock().unwrap();
         for (i, r) in resident.into_iter().enumerate() {
-            if r
-                && self.state[first + i]
-                    .compare_exchange(UNTOUCHED, DIRTY, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok()
+            if r && self.state[first + i]
+                .compare_exchange(UNTOUCHED, DIRTY, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
             {
                 self.residency[first + i].store(0, Ordering::Release);
                 self.resident.fetch_add(1, Ordering::SeqCst);
@@ -631,7 +637,9 @@ impl Shared {
             if self.evict_batch() == 0 {
                 // Everything resident is in flight in other handlers: tolerate the overrun
                 // rather than spin (counted, and bounded by handlers x batch).
-                self.counters.budget_overruns.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .budget_overruns
+                    .fetch_add(1, Ordering::Relaxed);
                 break;
             }
         }
@@ -831,7 +839,10 @@ impl Shared {
             return;
         }
         self.counters.unmap_events.fetch_add(1, Ordering::Relaxed);
-        let (first, last) = ((lo - self.base) / PAGE_SIZE, (hi - self.base).div_ceil(PAGE_SIZE));
+        let (first, last) = (
+            (lo - self.base) / PAGE_SIZE,
+            (hi - self.base).div_ceil(PAGE_SIZE),
+        );
         let mut to_free = Vec::new();
         for p in first..last {
             // Wait out a handler that has the page in flight.
@@ -930,7 +941,9 @@ impl Handler {
             let n = if rc > 0 && fds[0].revents != 0 {
                 match self.s.uffd.read_events(&mut events) {
                     Ok(n) => n,
-                    Err(e) => self.s.die(&format!("fault handler cannot read faults: {e}")),
+                    Err(e) => self
+                        .s
+                        .die(&format!("fault handler cannot read faults: {e}")),
                 }
             } else {
                 0
@@ -1095,7 +1108,17 @@ impl Handler {
                     self.s.resident.fetch_sub(1 + ahead.len(), Ordering::SeqCst);
                     return self.retry.push(ev);
                 }
-                self.finish_install(p, outcome, if write { DIRTY } else if s == UNTOUCHED { CLEAN_ZERO } else { CLEAN });
+                self.finish_install(
+                    p,
+                    outcome,
+                    if write {
+                        DIRTY
+                    } else if s == UNTOUCHED {
+                        CLEAN_ZERO
+                    } else {
+                        CLEAN
+                    },
+                );
                 for q in ahead {
                     let o = self.install(q, ZERO_PAGE.0.as_ptr(), false);
                     self.finish_install(q, o, DIRTY);
@@ -1187,7 +1210,14 @@ impl Handler {
                         .die(&format!("cannot unprotect heap page {p} at {a:#x}: {e}")),
                 }
                 self.s.referenced[p].store(true, Ordering::Relaxed);
-                self.count(class, if s == DIRTY { FaultKind::Stale } else { FaultKind::Write });
+                self.count(
+                    class,
+                    if s == DIRTY {
+                        FaultKind::Stale
+                    } else {
+                        FaultKind::Write
+                    },
+                );
             }
             BUSY => self.retry.push(ev),
             _ => {

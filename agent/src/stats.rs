@@ -98,7 +98,13 @@ pub fn document(
     }
     let remote = totals[FaultKind::Remote as usize];
     let all = totals[FaultKind::Zero as usize] + remote + totals[FaultKind::Write as usize];
-    let share = |num: u64, den: u64| if den == 0 { Value::Null } else { json!(num as f64 / den as f64) };
+    let share = |num: u64, den: u64| {
+        if den == 0 {
+            Value::Null
+        } else {
+            json!(num as f64 / den as f64)
+        }
+    };
     let pager_json = pager.map(|p| {
         let c = p.counters();
         let l = p.latencies();

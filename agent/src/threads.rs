@@ -73,8 +73,8 @@ impl JvmThreads {
 
 impl ThreadClassifier for JvmThreads {
     fn kind_of(&self, tid: u32) -> ThreadKind {
-        let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
-            .unwrap_or_default();
+        let name =
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
         if let Some(k) = kind_by_name(name.trim_end()) {
             return k;
         }
@@ -118,7 +118,10 @@ mod tests {
             kind_by_name("C2 CompilerThre"),
             Some(ThreadKind::Fixed(ThreadClass::Jit))
         );
-        assert_eq!(kind_by_name("VM Thread"), Some(ThreadKind::Fixed(ThreadClass::Vm)));
+        assert_eq!(
+            kind_by_name("VM Thread"),
+            Some(ThreadKind::Fixed(ThreadClass::Vm))
+        );
         assert_eq!(kind_by_name("main"), None);
     }
 

@@ -34,7 +34,7 @@ const UFFDIO_WAKE: u64 = ior(0x02, 16);
 const UFFDIO_COPY: u64 = iowr(0x03, 40);
 const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, 24);
 /// `USERFAULTFD_IOC_NEW` on /dev/userfaultfd.
-const USERFAULTFD_IOC_NEW: u64 = (0xAA << 8) | 0x00;
+const USERFAULTFD_IOC_NEW: u64 = 0xAA << 8;
 
 pub const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 pub const FEATURE_EVENT_UNMAP: u64 = 1 << 6;

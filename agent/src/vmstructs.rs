@@ -91,7 +91,8 @@ impl VmStructs {
     pub fn load() -> Result<VmStructs, String> {
         let h = libjvm().ok_or("libjvm.so does not export gHotSpotVMStructs")?;
         let need = |n: &CStr| {
-            sym_u64(h, n).ok_or_else(|| format!("libjvm.so does not export {}", n.to_string_lossy()))
+            sym_u64(h, n)
+                .ok_or_else(|| format!("libjvm.so does not export {}", n.to_string_lossy()))
         };
         let structs = sym_ptr(h, c"gHotSpotVMStructs").ok_or("no gHotSpotVMStructs")?;
         let (s_type, s_field, s_static, s_offset, s_address, s_stride) = (

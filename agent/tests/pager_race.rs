@@ -39,7 +39,10 @@ impl Region {
             )
         };
         assert_ne!(p, libc::MAP_FAILED);
-        Region { base: p as usize, len }
+        Region {
+            base: p as usize,
+            len,
+        }
     }
 }
 
@@ -54,8 +57,16 @@ fn start(region: &Region, budget: usize, handlers: usize, store: Box<dyn PageSto
     Pager::start(
         region.base,
         region.len,
-        &[Span { start: region.base, end: region.base + region.len }],
-        PagerConfig { budget_pages: budget, handlers, fill_ahead: 3, evict_batch: 8 },
+        &[Span {
+            start: region.base,
+            end: region.base + region.len,
+        }],
+        PagerConfig {
+            budget_pages: budget,
+            handlers,
+            fill_ahead: 3,
+            evict_batch: 8,
+        },
         store,
         Box::new(AllApp),
         fatal,
@@ -87,7 +98,10 @@ fn hammer(region: &Region, threads: usize, rounds: u64) {
                         // SAFETY: the slot is inside the region and owned by thread t alone.
                         let seen = unsafe { std::ptr::read_volatile(slot) };
                         if seen != last[p] {
-                            eprintln!("thread {t} page {p}: read {seen:#x}, last wrote {:#x}", last[p]);
+                            eprintln!(
+                                "thread {t} page {p}: read {seen:#x}, last wrote {:#x}",
+                                last[p]
+                            );
                             failed.store(true, Ordering::SeqCst);
                             return;
                         }
@@ -100,7 +114,10 @@ fn hammer(region: &Region, threads: usize, rounds: u64) {
             });
         }
     });
-    assert!(!failed.load(Ordering::SeqCst), "a write was lost under eviction");
+    assert!(
+        !failed.load(Ordering::SeqCst),
+        "a write was lost under eviction"
+    );
 }
 
 #[test]
@@ -109,9 +126,19 @@ fn writes_survive_eviction_at_a_tiny_budget() {
     let pager = start(&region, 16, 1, Box::new(LocalStore::new(1 << 20)));
     hammer(&region, 8, 6);
     let c = pager.counters();
-    assert!(c.evicted_dirty.load(Ordering::SeqCst) > 100, "the test must evict dirty pages");
-    assert!(c.pages_read.load(Ordering::SeqCst) > 100, "the test must fetch pages back");
-    assert!(pager.peak_resident_pages() <= 16 + 3 + 1, "peak {} over budget", pager.peak_resident_pages());
+    assert!(
+        c.evicted_dirty.load(Ordering::SeqCst) > 100,
+        "the test must evict dirty pages"
+    );
+    assert!(
+        c.pages_read.load(Ordering::SeqCst) > 100,
+        "the test must fetch pages back"
+    );
+    assert!(
+        pager.peak_resident_pages() <= 16 + 3 + 1,
+        "peak {} over budget",
+        pager.peak_resident_pages()
+    );
     assert!(pager.mincore_resident_pages() <= 16 + 3 + 1);
 }
 
@@ -129,10 +156,18 @@ fn read_only_pages_are_dropped_clean_and_zero_pages_cost_no_store_space() {
     let store = Arc::new(LocalStore::new(1 << 20));
     struct Shared(Arc<LocalStore>);
     impl PageStore for Shared {
-        fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), swap_backend::StoreError> { self.0.read_pages(ids, out) }
-        fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), swap_backend::StoreError> { self.0.write_pages(ids, data) }
-        fn free_pages(&self, ids: &[u64]) -> Result<(), swap_backend::StoreError> { self.0.free_pages(ids) }
-        fn describe(&self) -> String { self.0.describe() }
+        fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), swap_backend::StoreError> {
+            self.0.read_pages(ids, out)
+        }
+        fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), swap_backend::StoreError> {
+            self.0.write_pages(ids, data)
+        }
+        fn free_pages(&self, ids: &[u64]) -> Result<(), swap_backend::StoreError> {
+            self.0.free_pages(ids)
+        }
+        fn describe(&self) -> String {
+            self.0.describe()
+        }
     }
     let pager = start(&region, 8, 1, Box::new(Shared(store.clone())));
     let page = |p: usize| (region.base + p * PAGE_SIZE) as *mut u8;
@@ -154,7 +189,10 @@ fn read_only_pages_are_dropped_clean_and_zero_pages_cost_no_store_space() {
         }
     }
     let c = pager.counters();
-    assert!(c.evicted_clean.load(Ordering::SeqCst) > 0, "read-only pages must drop clean");
+    assert!(
+        c.evicted_clean.load(Ordering::SeqCst) > 0,
+        "read-only pages must drop clean"
+    );
     assert!(c.evicted_zero.load(Ordering::SeqCst) > 0);
     // Only the non-zero pages ever needed store space.
     assert!(store.len() <= 32, "store holds {} pages", store.len());
@@ -167,11 +205,20 @@ fn a_broken_store_stops_the_process_with_the_page_and_server_named() {
         struct Broken;
         impl PageStore for Broken {
             fn read_pages(&self, _: &[u64], _: &mut [u8]) -> Result<(), swap_backend::StoreError> {
-                Err(swap_backend::StoreError::Io { store: "tcp://10.9.9.9:7070".into(), error: std::io::ErrorKind::ConnectionReset.into() })
+                Err(swap_backend::StoreError::Io {
+                    store: "tcp://10.9.9.9:7070".into(),
+                    error: std::io::ErrorKind::ConnectionReset.into(),
+                })
             }
-            fn write_pages(&self, _: &[u64], _: &[u8]) -> Result<(), swap_backend::StoreError> { Ok(()) }
-            fn free_pages(&self, _: &[u64]) -> Result<(), swap_backend::StoreError> { Ok(()) }
-            fn describe(&self) -> String { "tcp://10.9.9.9:7070".into() }
+            fn write_pages(&self, _: &[u64], _: &[u8]) -> Result<(), swap_backend::StoreError> {
+                Ok(())
+            }
+            fn free_pages(&self, _: &[u64]) -> Result<(), swap_backend::StoreError> {
+                Ok(())
+            }
+            fn describe(&self) -> String {
+                "tcp://10.9.9.9:7070".into()
+            }
         }
         let region = Region::new(32);
         let _pager = start(&region, 4, 1, Box::new(Broken));
@@ -187,12 +234,19 @@ fn a_broken_store_stops_the_process_with_the_page_and_server_named() {
         std::process::exit(0);
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_broken_store_stops_the_process_with_the_page_and_server_named", "--nocapture"])
+        .args([
+            "--exact",
+            "a_broken_store_stops_the_process_with_the_page_and_server_named",
+            "--nocapture",
+        ])
         .env("PAGER_CHILD", "1")
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "child must not succeed; stderr: {err}");
+    assert!(
+        !out.status.success(),
+        "child must not succeed; stderr: {err}"
+    );
     assert!(err.contains("cannot fetch heap page"), "{err}");
     assert!(err.contains("tcp://10.9.9.9:7070"), "{err}");
 }

@@ -86,7 +86,11 @@ fn graph_run(
     let result = workloads::parse_result(&out.stdout)
         .ok_or_else(|| format!("no RESULT line; stderr: {}", out.stderr.trim()))?;
     if !out.status.success() || workloads::field(&result, "verified") != Some("true") {
-        return Err(format!("graph run failed ({}): {}", out.status, out.stderr.trim()));
+        return Err(format!(
+            "graph run failed ({}): {}",
+            out.status,
+            out.stderr.trim()
+        ));
     }
     let ms: f64 = workloads::field(&result, "elapsed_ms")
         .and_then(|v| v.parse().ok())
@@ -122,7 +126,9 @@ pub fn tcp_throughput(mib: usize, reps: usize) -> Result<(f64, f64), String> {
         let t = Instant::now();
         for start in (0..pages).step_by(batch) {
             let ids: Vec<u64> = (start as u64..(start + batch) as u64).collect();
-            store.read_pages(&ids, &mut buf).map_err(|e| e.to_string())?;
+            store
+                .read_pages(&ids, &mut buf)
+                .map_err(|e| e.to_string())?;
         }
         r.push((pages * PAGE_SIZE) as f64 / t.elapsed().as_secs_f64() / 1e9);
         if buf != data {
@@ -146,7 +152,8 @@ fn gf(v: &Option<Value>, path: &[&str]) -> Option<f64> {
 pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
     let root = crate::locate::project_root()?;
     let classes = workloads::ensure_built(&root)?;
-    std::fs::create_dir_all(&cfg.out).map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
+    std::fs::create_dir_all(&cfg.out)
+        .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
 
     let none = RunConfig {
         agent: false,
@@ -200,7 +207,8 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
             .filter(|r| r["collector"] == collector && r["config"] == config)
             .collect()
     };
-    let med = |rows: &[&Value], key: &str| median(rows.iter().filter_map(|r| r[key].as_f64()).collect());
+    let med =
+        |rows: &[&Value], key: &str| median(rows.iter().filter_map(|r| r[key].as_f64()).collect());
     let med_stat = |rows: &[&Value], path: &[&str]| {
         median(
             rows.iter()
@@ -218,7 +226,9 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
     ));
     let none_first = pick(&first, "no-agent");
     let agent100 = pick(&first, "agent-100");
-    md.push_str("## Agent overhead at 100% local\n\n| | process wall ms | workload ms |\n|---|---|---|\n");
+    md.push_str(
+        "## Agent overhead at 100% local\n\n| | process wall ms | workload ms |\n|---|---|---|\n",
+    );
     md.push_str(&format!(
         "| no agent ({first}) | {:.0} | {:.0} |\n| agent, local=100% | {:.0} | {:.0} |\n| ratio | {:.3} | {:.3} |\n\n",
         med(&none_first, "wall_ms"),

@@ -13,7 +13,10 @@ pub fn agent() -> Result<PathBuf, String> {
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(format!("MEMLINER_AGENT names {} which is not a file", p.display()))
+            Err(format!(
+                "MEMLINER_AGENT names {} which is not a file",
+                p.display()
+            ))
         };
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
@@ -47,7 +50,10 @@ pub fn project_root() -> Result<PathBuf, String> {
             }
         }
     }
-    Err("cannot find the memliner checkout (java/src/memliner/workloads); run from inside it".into())
+    Err(
+        "cannot find the memliner checkout (java/src/memliner/workloads); run from inside it"
+            .into(),
+    )
 }
 
 /// A `java` executable: `$JAVA_HOME/bin/java`, else `java` on the PATH.

@@ -8,7 +8,11 @@ use memliner_cli::run::{launch, RunConfig};
 use memliner_cli::{bench, locate, summary, workloads};
 
 #[derive(Parser, Debug)]
-#[command(name = "memliner", version, about = "Far-memory paging for the Java heap")]
+#[command(
+    name = "memliner",
+    version,
+    about = "Far-memory paging for the Java heap"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -129,7 +133,9 @@ fn main() -> ExitCode {
                                     eprintln!("memliner: {l}");
                                 }
                             }
-                            None => eprintln!("memliner: the JVM wrote no stats (it exited before VM death)"),
+                            None => eprintln!(
+                                "memliner: the JVM wrote no stats (it exited before VM death)"
+                            ),
                         }
                     }
                     ExitCode::from(out.exit_code().clamp(0, 255) as u8)
@@ -166,7 +172,11 @@ fn main() -> ExitCode {
                 Err(e) => fail(format!("cannot listen on {listen}: {e}")),
             }
         }
-        Cmd::Demo { workload, local, gc } => match demo(&workload, &local, &gc) {
+        Cmd::Demo {
+            workload,
+            local,
+            gc,
+        } => match demo(&workload, &local, &gc) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         },
@@ -239,10 +249,16 @@ fn demo(workload: &str, local: &str, gc: &str) -> Result<(), String> {
         eprintln!("memliner: running {} {label}", w.name());
         let out = launch(&cfg, &cmd, true)?;
         let result = workloads::parse_result(&out.stdout).ok_or_else(|| {
-            format!("{label}: the workload printed no RESULT line; stderr:\n{}", out.stderr)
+            format!(
+                "{label}: the workload printed no RESULT line; stderr:\n{}",
+                out.stderr
+            )
         })?;
         if !out.status.success() || workloads::field(&result, "verified") != Some("true") {
-            return Err(format!("{label}: the workload failed ({}):\n{}", out.status, out.stderr));
+            return Err(format!(
+                "{label}: the workload failed ({}):\n{}",
+                out.status, out.stderr
+            ));
         }
         if let Some(s) = &out.stats {
             for l in summary::lines(s) {
@@ -252,17 +268,26 @@ fn demo(workload: &str, local: &str, gc: &str) -> Result<(), String> {
         rows.push((
             label,
             out.wall.as_secs_f64(),
-            workloads::field(&result, "checksum").unwrap_or("?").to_string(),
+            workloads::field(&result, "checksum")
+                .unwrap_or("?")
+                .to_string(),
         ));
     }
-    println!("\n{:<45} {:>10} {:>18}", "configuration", "wall s", "checksum");
+    println!(
+        "\n{:<45} {:>10} {:>18}",
+        "configuration", "wall s", "checksum"
+    );
     for (l, s, c) in &rows {
         println!("{l:<45} {s:>10.2} {c:>18}");
     }
     println!(
         "\nslowdown at {local} local: {:.2}x; checksums {}",
         rows[1].1 / rows[0].1,
-        if rows[0].2 == rows[1].2 { "match" } else { "DIFFER" }
+        if rows[0].2 == rows[1].2 {
+            "match"
+        } else {
+            "DIFFER"
+        }
     );
     if rows[0].2 != rows[1].2 {
         return Err("the paged run computed a different checksum".into());
@@ -295,7 +320,10 @@ fn doctor() -> ExitCode {
         })
         .map_err(|e| format!("{e}; as root: sysctl vm.unprivileged_userfaultfd=1 or give access to /dev/userfaultfd")),
     );
-    check("agent library", locate::agent().map(|p| p.display().to_string()));
+    check(
+        "agent library",
+        locate::agent().map(|p| p.display().to_string()),
+    );
     check(
         "java",
         std::process::Command::new(locate::java())

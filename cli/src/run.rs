@@ -62,7 +62,12 @@ impl RunOutcome {
 }
 
 /// The `-agentpath:` argument for `cfg`, given the server to use.
-pub fn agent_arg(agent: &std::path::Path, cfg: &RunConfig, server: Option<&str>, stats: &std::path::Path) -> String {
+pub fn agent_arg(
+    agent: &std::path::Path,
+    cfg: &RunConfig,
+    server: Option<&str>,
+    stats: &std::path::Path,
+) -> String {
     let mut opts = vec![
         format!("local={}", cfg.local),
         format!("policy={}", cfg.policy),

@@ -11,7 +11,9 @@ fn u(v: &Value, path: &[&str]) -> u64 {
 }
 
 fn f(v: &Value, path: &[&str]) -> Option<f64> {
-    path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_f64)
+    path.iter()
+        .try_fold(v, |v, k| v.get(k))
+        .and_then(Value::as_f64)
 }
 
 /// Lines summarising a stats document.
@@ -51,10 +53,17 @@ pub fn lines(stats: &Value) -> Vec<String> {
         u(faults, &["zero"]),
         u(faults, &["remote"]),
         u(faults, &["write"]),
-        if classes.is_empty() { "none".into() } else { classes.join(", ") }
+        if classes.is_empty() {
+            "none".into()
+        } else {
+            classes.join(", ")
+        }
     ));
     if let Some(share) = f(faults, &["gc_share_of_remote"]) {
-        out.push(format!("GC threads caused {:.1}% of remote faults", share * 100.0));
+        out.push(format!(
+            "GC threads caused {:.1}% of remote faults",
+            share * 100.0
+        ));
     }
     out.push(format!(
         "remote traffic: {} read, {} written; evictions: {} clean, {} dirty, {} zero; peak resident {} of {} pages",
@@ -95,7 +104,10 @@ mod tests {
             "gc": {"pauses": 3, "pause_total_ms": 12.0}
         });
         let text = lines(&doc).join("\n");
-        assert!(text.contains("G1 heap 64.0 MiB, local 16.0 MiB (25%)"), "{text}");
+        assert!(
+            text.contains("G1 heap 64.0 MiB, local 16.0 MiB (25%)"),
+            "{text}"
+        );
         assert!(text.contains("application 25.0%, gc 75.0%"), "{text}");
         assert!(text.contains("75.0% of remote faults"), "{text}");
         assert!(text.contains("peak resident 4000 of 4096"), "{text}");

@@ -80,7 +80,12 @@ pub fn ensure_built(root: &Path) -> Result<PathBuf, String> {
         .arg(&out)
         .args(&files)
         .status()
-        .map_err(|e| format!("cannot run {}: {e} (install a JDK, e.g. apt-get install openjdk-17-jdk-headless)", javac.display()))?;
+        .map_err(|e| {
+            format!(
+                "cannot run {}: {e} (install a JDK, e.g. apt-get install openjdk-17-jdk-headless)",
+                javac.display()
+            )
+        })?;
     if !status.success() {
         return Err(format!("javac failed ({status})"));
     }
@@ -107,14 +112,20 @@ pub fn parse_result(stdout: &str) -> Option<Vec<(String, String)>> {
     Some(
         line.split_whitespace()
             .skip(1)
-            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .filter_map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
             .collect(),
     )
 }
 
 /// Looks up a key of a parsed result line.
 pub fn field<'a>(result: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    result.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    result
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
 }
 
 #[cfg(test)]

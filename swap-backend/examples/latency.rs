@@ -4,8 +4,23 @@ use swap_backend::server::{spawn, ServerConfig};
 use swap_backend::{PageStore, TcpOptions, TcpStore, PAGE_SIZE};
 
 fn main() {
-    let s = spawn("127.0.0.1:0", ServerConfig { capacity_bytes: 1 << 30, token: None, verbose: false }).unwrap();
-    let c = TcpStore::connect(&s.local_addr().to_string(), TcpOptions { connections: 1, ..Default::default() }).unwrap();
+    let s = spawn(
+        "127.0.0.1:0",
+        ServerConfig {
+            capacity_bytes: 1 << 30,
+            token: None,
+            verbose: false,
+        },
+    )
+    .unwrap();
+    let c = TcpStore::connect(
+        &s.local_addr().to_string(),
+        TcpOptions {
+            connections: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let ids: Vec<u64> = (0..1024).collect();
     c.write_pages(&ids, &vec![7u8; 1024 * PAGE_SIZE]).unwrap();
     let mut buf = vec![0u8; PAGE_SIZE];
@@ -16,5 +31,9 @@ fn main() {
         lat.push(t.elapsed().as_nanos() as u64);
     }
     lat.sort();
-    println!("single-page read over TCP loopback: p50 {:.1} us, p99 {:.1} us", lat[lat.len() / 2] as f64 / 1e3, lat[lat.len() * 99 / 100] as f64 / 1e3);
+    println!(
+        "single-page read over TCP loopback: p50 {:.1} us, p99 {:.1} us",
+        lat[lat.len() / 2] as f64 / 1e3,
+        lat[lat.len() * 99 / 100] as f64 / 1e3
+    );
 }

@@ -33,7 +33,11 @@ pub fn write_then_read_back(store: &dyn PageStore) {
     store.write_pages(&ids, &pages(&ids, 1)).unwrap();
     let mut out = vec![0u8; ids.len() * PAGE_SIZE];
     store.read_pages(&ids, &mut out).unwrap();
-    assert!(out == pages(&ids, 1), "{}: bytes read back differ", store.describe());
+    assert!(
+        out == pages(&ids, 1),
+        "{}: bytes read back differ",
+        store.describe()
+    );
 }
 
 pub fn overwrite_replaces(store: &dyn PageStore) {

@@ -205,7 +205,9 @@ pub fn decode_ids(p: &[u8]) -> Result<(Vec<u64>, &[u8]), String> {
     }
     let n = u32::from_le_bytes(p[0..4].try_into().unwrap()) as usize;
     if n > MAX_BATCH {
-        return Err(format!("batch of {n} pages exceeds the limit of {MAX_BATCH}"));
+        return Err(format!(
+            "batch of {n} pages exceeds the limit of {MAX_BATCH}"
+        ));
     }
     let end = 4 + n * 8;
     if p.len() < end {

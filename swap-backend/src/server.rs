@@ -156,12 +156,18 @@ impl Drop for Attachment<'_> {
 }
 
 fn send_error(w: &mut impl Write, request: u64, code: u16, msg: &str) -> std::io::Result<()> {
-    write_frame(w, Op::Error, request, &[&code.to_le_bytes(), msg.as_bytes()])
+    write_frame(
+        w,
+        Op::Error,
+        request,
+        &[&code.to_le_bytes(), msg.as_bytes()],
+    )
 }
 
 fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone().map_err(|e| e.to_string())?);
+    let mut reader =
+        BufReader::with_capacity(256 << 10, stream.try_clone().map_err(|e| e.to_string())?);
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
     let mut payload = Vec::new();
     let io = |e: std::io::Error| e.to_string();
@@ -248,7 +254,9 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
                     send_error(&mut writer, h.request, code::NOT_FOUND, &msg).map_err(io)?;
                     continue;
                 }
-                shared.pages_read.fetch_add(ids.len() as u64, Ordering::Relaxed);
+                shared
+                    .pages_read
+                    .fetch_add(ids.len() as u64, Ordering::Relaxed);
                 write_frame(&mut writer, Op::ReadOk, h.request, &[&out]).map_err(io)?;
             }
             Op::Write => {
@@ -262,17 +270,18 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
                 }
                 let mut pages = lock(&ns.pages);
                 let new = ids.iter().filter(|id| !pages.contains_key(id)).count() as u64;
-                let reserved = shared
-                    .used_pages
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
-                        (u + new <= shared.capacity_pages).then_some(u + new)
-                    });
+                let reserved =
+                    shared
+                        .used_pages
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+                            (u + new <= shared.capacity_pages).then_some(u + new)
+                        });
                 if reserved.is_err() {
                     drop(pages);
                     let msg = format!(
                         "capacity of {} pages ({} MiB) exhausted",
                         shared.capacity_pages,
-                        shared.capacity_pages * PAGE_SIZE as u64 >> 20
+                        (shared.capacity_pages * PAGE_SIZE as u64) >> 20
                     );
                     send_error(&mut writer, h.request, code::CAPACITY, &msg).map_err(io)?;
                     continue;
@@ -321,6 +330,8 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
 
 impl std::fmt::Debug for ServerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerHandle").field("addr", &self.addr).finish()
+        f.debug_struct("ServerHandle")
+            .field("addr", &self.addr)
+            .finish()
     }
 }

@@ -12,7 +12,10 @@ use crate::protocol::PAGE_SIZE;
 #[derive(Debug)]
 pub enum StoreError {
     /// The connection to the server failed or closed.
-    Io { store: String, error: std::io::Error },
+    Io {
+        store: String,
+        error: std::io::Error,
+    },
     /// The server refused the request with an error frame.
     Refused {
         store: String,
@@ -233,12 +236,16 @@ impl PageStore for StripedStore {
 
 impl std::fmt::Debug for LocalStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalStore").field("pages", &self.len()).finish()
+        f.debug_struct("LocalStore")
+            .field("pages", &self.len())
+            .finish()
     }
 }
 
 impl std::fmt::Debug for StripedStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StripedStore").field("stores", &self.describe()).finish()
+        f.debug_struct("StripedStore")
+            .field("stores", &self.describe())
+            .finish()
     }
 }

@@ -115,7 +115,10 @@ impl TcpStore {
         let stream = stream.ok_or_else(|| self.io(last))?;
         stream.set_nodelay(true).map_err(|e| self.io(e))?;
         let mut conn = Conn {
-            reader: BufReader::with_capacity(256 << 10, stream.try_clone().map_err(|e| self.io(e))?),
+            reader: BufReader::with_capacity(
+                256 << 10,
+                stream.try_clone().map_err(|e| self.io(e))?,
+            ),
             writer: BufWriter::with_capacity(256 << 10, stream),
             next_request: 1,
         };
@@ -147,12 +150,12 @@ impl TcpStore {
         &self,
         f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let slot = self
+        // A free connection if there is one, else wait for the first.
+        let mut slot = self
             .pool
             .iter()
             .find_map(|m| m.try_lock().ok())
-            .map_or_else(|| self.pool[0].lock().unwrap(), |g| g);
-        let mut slot = slot;
+            .unwrap_or_else(|| self.pool[0].lock().unwrap());
         if slot.is_none() {
             *slot = Some(self.open()?.0);
         }
@@ -282,7 +285,12 @@ pub(crate) fn spin_until_readable(stream: &TcpStream) {
     loop {
         // SAFETY: a one-byte peek into a local; MSG_DONTWAIT never blocks.
         let n = unsafe {
-            libc::recv(fd, (&mut b as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+            libc::recv(
+                fd,
+                (&mut b as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
         };
         if n != -1 || start.elapsed() >= SPIN {
             return;
@@ -298,6 +306,8 @@ pub fn is_capacity_error(e: &StoreError) -> bool {
 
 impl std::fmt::Debug for TcpStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TcpStore").field("addr", &self.addr).finish()
+        f.debug_struct("TcpStore")
+            .field("addr", &self.addr)
+            .finish()
     }
 }

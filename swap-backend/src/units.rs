@@ -3,7 +3,10 @@
 /// Parses a size with an optional k/m/g/t suffix (case-insensitive, optional trailing `b`).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim().to_ascii_lowercase();
-    let t = t.strip_suffix("ib").or_else(|| t.strip_suffix('b')).unwrap_or(&t);
+    let t = t
+        .strip_suffix("ib")
+        .or_else(|| t.strip_suffix('b'))
+        .unwrap_or(&t);
     let (digits, shift) = match t.chars().last() {
         Some('k') => (&t[..t.len() - 1], 10),
         Some('m') => (&t[..t.len() - 1], 20),
@@ -47,7 +50,9 @@ mod tests {
         assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
         assert!(parse_size("abc").unwrap_err().contains("not a size"));
         assert!(parse_size("").is_err());
-        assert!(parse_size("99999999999t").unwrap_err().contains("too large"));
+        assert!(parse_size("99999999999t")
+            .unwrap_err()
+            .contains("too large"));
         assert_eq!(format_size(512 << 20), "512.0 MiB");
         assert_eq!(format_size(10), "10 B");
     }

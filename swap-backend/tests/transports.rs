@@ -44,8 +44,14 @@ fn tcp_store_conforms() {
 
 #[test]
 fn striped_store_over_two_servers_conforms_and_spreads_pages() {
-    let (a, b) = (start(MIN_CAPACITY_PAGES, None), start(MIN_CAPACITY_PAGES, None));
-    let striped = StripedStore::new(vec![Box::new(client(&a, "x", "")), Box::new(client(&b, "x", ""))]);
+    let (a, b) = (
+        start(MIN_CAPACITY_PAGES, None),
+        start(MIN_CAPACITY_PAGES, None),
+    );
+    let striped = StripedStore::new(vec![
+        Box::new(client(&a, "x", "")),
+        Box::new(client(&b, "x", "")),
+    ]);
     conformance::run_all(&striped);
     let ids: Vec<u64> = (0..256).collect();
     let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 9)).collect();
@@ -71,7 +77,10 @@ fn namespaces_are_isolated_and_freed_with_their_last_connection() {
     // The server frees a's page when it sees the close; poll its counter through b.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while b.server_stats().unwrap().pages_stored != 1 {
-        assert!(std::time::Instant::now() < deadline, "namespace a never freed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "namespace a never freed"
+        );
         std::thread::yield_now();
     }
     assert_eq!(b.server_stats().unwrap().namespaces, 1);
@@ -89,7 +98,10 @@ fn capacity_is_enforced_with_a_clear_error() {
     let err = c.write_pages(&[5], &pattern(5, 0)).unwrap_err();
     assert!(swap_backend::tcp::is_capacity_error(&err), "{err}");
     assert!(err.to_string().contains("capacity of 4 pages"), "{err}");
-    assert!(err.to_string().contains(&s.local_addr().to_string()), "{err}");
+    assert!(
+        err.to_string().contains(&s.local_addr().to_string()),
+        "{err}"
+    );
     c.free_pages(&[1]).unwrap();
     c.write_pages(&[5], &pattern(5, 0)).unwrap();
 }
@@ -107,7 +119,9 @@ fn wrong_token_is_refused() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("bad token"), "{err}");
-    client(&s, "a", "sesame").write_pages(&[1], &pattern(1, 0)).unwrap();
+    client(&s, "a", "sesame")
+        .write_pages(&[1], &pattern(1, 0))
+        .unwrap();
 }
 
 #[test]
@@ -136,17 +150,45 @@ fn malformed_frames_close_only_that_connection() {
 
     // Garbage, a wrong version, an oversized length, a truncated frame, a request before hello,
     // and a hello followed by a read with a lying page count.
-    let mut hello = swap_backend::protocol::Header { op: swap_backend::protocol::Op::Hello, flags: 0, request: 0, len: 4 }.encode().to_vec();
+    let mut hello = swap_backend::protocol::Header {
+        op: swap_backend::protocol::Op::Hello,
+        flags: 0,
+        request: 0,
+        len: 4,
+    }
+    .encode()
+    .to_vec();
     hello.extend_from_slice(&[0, 0, 0, 0]);
     let mut lying_read = hello.clone();
-    lying_read.extend_from_slice(&swap_backend::protocol::Header { op: swap_backend::protocol::Op::Read, flags: 0, request: 1, len: 4 }.encode());
+    lying_read.extend_from_slice(
+        &swap_backend::protocol::Header {
+            op: swap_backend::protocol::Op::Read,
+            flags: 0,
+            request: 1,
+            len: 4,
+        }
+        .encode(),
+    );
     lying_read.extend_from_slice(&100u32.to_le_bytes());
     let mut bad_version = hello.clone();
     bad_version[4] = 77;
     let mut huge = hello.clone();
     huge[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
-    let early_read = swap_backend::protocol::Header { op: swap_backend::protocol::Op::Read, flags: 0, request: 1, len: 0 }.encode();
-    for junk in [&b"GET / HTTP/1.1\r\n\r\n"[..], &bad_version, &huge, &hello[..10], &early_read, &lying_read] {
+    let early_read = swap_backend::protocol::Header {
+        op: swap_backend::protocol::Op::Read,
+        flags: 0,
+        request: 1,
+        len: 0,
+    }
+    .encode();
+    for junk in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &bad_version,
+        &huge,
+        &hello[..10],
+        &early_read,
+        &lying_read,
+    ] {
         raw_exchange(&s, junk);
     }
 

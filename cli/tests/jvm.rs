@@ -1,0 +1,453 @@
+//! Real JVMs with the real agent over a real memory server (TCP loopback).
+//!
+//! Needs `cargo build --release --workspace` first (the agent is a cdylib that `cargo test`
+//! does not build); `scripts/test.sh` does both.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use memliner_cli::run::{launch, RunConfig, RunOutcome};
+use memliner_cli::workloads::{self, Workload};
+use memliner_cli::{locate, summary};
+use serde_json::Value;
+
+/// Pages the budget may be exceeded by: one fill-ahead run plus the faulting page.
+const SLACK_PAGES: u64 = 16;
+const HEAP: &str = "32m";
+
+fn classes() -> &'static PathBuf {
+    static C: OnceLock<PathBuf> = OnceLock::new();
+    C.get_or_init(|| {
+        let root = locate::project_root().expect("run from the checkout");
+        workloads::ensure_built(&root).expect("javac")
+    })
+}
+
+fn java() -> String {
+    locate::java().display().to_string()
+}
+
+fn workload_args(w: Workload) -> Vec<String> {
+    let a: &[&str] = match w {
+        Workload::Graph => &["--nodes", "30000", "--rounds", "4"],
+        Workload::Kv => &["--keys", "60000", "--ops", "150000", "--capacity", "30000"],
+    };
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+fn command(w: Workload, gc: &str, xms: &str) -> Vec<String> {
+    let mut c = vec![
+        java(),
+        format!("-XX:+Use{gc}GC"),
+        format!("-Xms{xms}"),
+        format!("-Xmx{HEAP}"),
+        "-cp".into(),
+        classes().display().to_string(),
+        w.class().into(),
+    ];
+    c.extend(workload_args(w));
+    c
+}
+
+/// The checksum of an all-local run without the agent (collector-independent).
+fn reference(w: Workload) -> String {
+    static R: OnceLock<Vec<(Workload, String)>> = OnceLock::new();
+    let all = R.get_or_init(|| {
+        Workload::ALL
+            .iter()
+            .map(|&w| {
+                let out = launch(
+                    &RunConfig {
+                        agent: false,
+                        ..RunConfig::default()
+                    },
+                    &command(w, "G1", HEAP),
+                    true,
+                )
+                .unwrap();
+                (w, checked_result(&out, "reference"))
+            })
+            .collect()
+    });
+    all.iter().find(|(x, _)| *x == w).unwrap().1.clone()
+}
+
+fn checked_result(out: &RunOutcome, what: &str) -> String {
+    let r = workloads::parse_result(&out.stdout).unwrap_or_else(|| {
+        panic!(
+            "{what}: no RESULT line\nstdout: {}\nstderr: {}",
+            out.stdout, out.stderr
+        )
+    });
+    assert!(
+        out.status.success(),
+        "{what}: exit {}\nstderr: {}",
+        out.status,
+        out.stderr
+    );
+    assert_eq!(
+        workloads::field(&r, "verified"),
+        Some("true"),
+        "{what}: {}",
+        out.stdout
+    );
+    workloads::field(&r, "checksum").unwrap().to_string()
+}
+
+fn u(v: &Value, path: &[&str]) -> u64 {
+    path.iter()
+        .try_fold(v, |v, k| v.get(k))
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("stats lack {path:?}: {v}"))
+}
+
+/// Runs one matrix cell and checks checksum, budget and stats consistency.
+fn cell(w: Workload, gc: &str, local: u32) {
+    let what = format!("{} {gc} {local}%", w.name());
+    let cfg = RunConfig {
+        local: format!("{local}%"),
+        ..RunConfig::default()
+    };
+    let out = launch(&cfg, &command(w, gc, HEAP), true).unwrap();
+    assert_eq!(
+        checked_result(&out, &what),
+        reference(w),
+        "{what}: checksum differs from the all-local run"
+    );
+    let s = out
+        .stats
+        .as_ref()
+        .unwrap_or_else(|| panic!("{what}: no stats file"));
+    let pager = &s["pager"];
+    let budget = u(pager, &["budget_pages"]);
+    let heap_pages = u(pager, &["heap_pages"]);
+    assert_eq!(budget, heap_pages * local as u64 / 100, "{what}: budget");
+    assert!(
+        u(pager, &["peak_resident_pages"]) <= budget + SLACK_PAGES,
+        "{what}: peak resident {} over budget {budget}",
+        u(pager, &["peak_resident_pages"])
+    );
+    assert!(
+        u(pager, &["resident_pages_mincore"]) <= budget + SLACK_PAGES,
+        "{what}: the kernel sees {} resident pages, budget {budget}",
+        u(pager, &["resident_pages_mincore"])
+    );
+    assert_eq!(s["heap"]["collector"], gc, "{what}");
+    assert_eq!(s["heap"]["discovery"], "vmstructs", "{what}");
+    assert!(
+        pager["store"]
+            .as_str()
+            .unwrap()
+            .starts_with("tcp://127.0.0.1:"),
+        "{what}"
+    );
+    // Consistency: class totals add up; every remote fault read exactly one page.
+    let faults = &s["faults"];
+    let by_class: u64 = faults["by_class"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|c| u(c, &["total"]))
+        .sum();
+    assert_eq!(by_class, u(faults, &["total"]), "{what}: class totals");
+    assert_eq!(
+        u(faults, &["remote"]),
+        u(pager, &["remote", "pages_read"]),
+        "{what}"
+    );
+    assert!(
+        u(faults, &["by_class", "application", "total"]) > 0,
+        "{what}: no application faults"
+    );
+    let evictions = u(pager, &["evictions", "clean"])
+        + u(pager, &["evictions", "dirty"])
+        + u(pager, &["evictions", "zero"]);
+    if local == 100 {
+        assert_eq!(
+            u(faults, &["remote"]),
+            0,
+            "{what}: nothing should come back from remote"
+        );
+        assert_eq!(evictions, 0, "{what}: nothing should be evicted");
+    } else {
+        assert!(
+            evictions > 0 && u(faults, &["remote"]) > 0,
+            "{what}: expected paging"
+        );
+        assert!(u(pager, &["remote", "pages_written"]) > 0, "{what}");
+    }
+    assert!(!summary::lines(s).is_empty());
+}
+
+macro_rules! matrix {
+    ($($name:ident: $w:expr, $gc:expr, $local:expr;)*) => {
+        $( #[test] fn $name() { cell($w, $gc, $local) } )*
+    };
+}
+
+matrix! {
+    graph_g1_100: Workload::Graph, "G1", 100;
+    graph_g1_50: Workload::Graph, "G1", 50;
+    graph_g1_25: Workload::Graph, "G1", 25;
+    graph_parallel_100: Workload::Graph, "Parallel", 100;
+    graph_parallel_50: Workload::Graph, "Parallel", 50;
+    graph_parallel_25: Workload::Graph, "Parallel", 25;
+    graph_shenandoah_100: Workload::Graph, "Shenandoah", 100;
+    graph_shenandoah_50: Workload::Graph, "Shenandoah", 50;
+    graph_shenandoah_25: Workload::Graph, "Shenandoah", 25;
+    kv_g1_100: Workload::Kv, "G1", 100;
+    kv_g1_50: Workload::Kv, "G1", 50;
+    kv_g1_25: Workload::Kv, "G1", 25;
+    kv_parallel_100: Workload::Kv, "Parallel", 100;
+    kv_parallel_50: Workload::Kv, "Parallel", 50;
+    kv_parallel_25: Workload::Kv, "Parallel", 25;
+    kv_shenandoah_100: Workload::Kv, "Shenandoah", 100;
+    kv_shenandoah_50: Workload::Kv, "Shenandoah", 50;
+    kv_shenandoah_25: Workload::Kv, "Shenandoah", 25;
+}
+
+#[test]
+fn heap_that_grows_and_shrinks_is_followed() {
+    for gc in ["G1", "Shenandoah"] {
+        let cfg = RunConfig {
+            local: "25%".into(),
+            ..RunConfig::default()
+        };
+        let out = launch(&cfg, &command(Workload::Graph, gc, "8m"), true).unwrap();
+        assert_eq!(
+            checked_result(&out, gc),
+            reference(Workload::Graph),
+            "{gc} -Xms8m"
+        );
+        let s = out.stats.unwrap();
+        assert!(
+            u(&s["pager"], &["unmap_events"]) > 0,
+            "{gc}: the heap never re-mapped: {s}"
+        );
+        assert!(
+            u(&s["pager"], &["peak_resident_pages"])
+                <= u(&s["pager"], &["budget_pages"]) + SLACK_PAGES
+        );
+    }
+}
+
+#[test]
+fn jdk25_runs_paged_when_installed() {
+    let home = std::path::Path::new("/usr/lib/jvm/temurin-25-jdk-amd64");
+    if !home.join("bin/java").is_file() {
+        eprintln!(
+            "SKIPPED jdk25_runs_paged_when_installed: no JDK 25 at {}",
+            home.display()
+        );
+        return;
+    }
+    let mut cmd = command(Workload::Graph, "G1", HEAP);
+    cmd[0] = home.join("bin/java").display().to_string();
+    let out = launch(
+        &RunConfig {
+            local: "25%".into(),
+            ..RunConfig::default()
+        },
+        &cmd,
+        true,
+    )
+    .unwrap();
+    assert_eq!(checked_result(&out, "jdk25"), reference(Workload::Graph));
+    let s = out.stats.unwrap();
+    assert_eq!(s["heap"]["discovery"], "vmstructs");
+    assert!(u(&s["faults"], &["remote"]) > 0);
+}
+
+fn memliner() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_memliner"))
+}
+
+#[test]
+fn memory_server_killed_mid_run_stops_the_jvm_naming_server_and_page() {
+    // A real server process on a port we pick by binding first.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut server = memliner()
+        .args(["server", "--listen", &addr, "--capacity", "1g"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until it accepts (bounded): connect attempts, not sleeps.
+    let probe = (0..2000)
+        .find_map(|_| {
+            swap_backend::TcpStore::connect(
+                &addr,
+                swap_backend::TcpOptions {
+                    namespace: "probe".into(),
+                    connections: 1,
+                    ..Default::default()
+                },
+            )
+            .ok()
+            .or_else(|| {
+                std::thread::yield_now();
+                None
+            })
+        })
+        .expect("server never came up");
+    let mut cmd = command(Workload::Graph, "G1", HEAP);
+    cmd.extend(["--rounds".to_string(), "400".to_string()]);
+    let agent = locate::agent().unwrap();
+    let jvm = Command::new(&cmd[0])
+        .arg(format!(
+            "-agentpath:{}=server={addr},local=25%",
+            agent.display()
+        ))
+        .args(&cmd[1..])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill the server once the JVM depends on it (pages stored there).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while probe.server_stats().unwrap().pages_stored < 1000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the JVM never paged out"
+        );
+        std::thread::yield_now();
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let out = jvm.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(memliner_agent::FATAL_EXIT_CODE),
+        "stderr: {err}"
+    );
+    assert!(err.contains("FATAL"), "{err}");
+    assert!(
+        err.contains(&format!("tcp://{addr}")),
+        "the message must name the server: {err}"
+    );
+    assert!(
+        err.contains("heap page"),
+        "the message must name the page: {err}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("verified=true"));
+}
+
+fn java_with_agent(opts: &str) -> std::process::Output {
+    let agent = locate::agent().unwrap();
+    Command::new(java())
+        .arg(format!("-agentpath:{}={opts}", agent.display()))
+        .arg("-version")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn bad_agent_options_fail_with_one_clear_line() {
+    for (opts, expect) in [
+        ("locall=25%", "unknown option 'locall'"),
+        ("local=lots", "bad value for 'local': 'lots'"),
+        ("policy=fast", "expected one of off, baseline"),
+        ("server=nohost", "HOST:PORT"),
+    ] {
+        let out = java_with_agent(opts);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{opts}: must fail");
+        let ours: Vec<&str> = err.lines().filter(|l| l.starts_with("memliner:")).collect();
+        assert_eq!(
+            ours.len(),
+            1,
+            "{opts}: exactly one line from the agent: {err}"
+        );
+        assert!(ours[0].contains(expect), "{opts}: {err}");
+    }
+}
+
+#[test]
+fn unreachable_server_is_reported_before_the_jvm_runs() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = java_with_agent(&format!("server=127.0.0.1:{port}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!("cannot use memory server 127.0.0.1:{port}")),
+        "{err}"
+    );
+}
+
+#[test]
+fn options_come_from_java_tool_options_and_memliner_options() {
+    let dir = std::env::temp_dir().join(format!("memliner-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stats = dir.join("s.json");
+    let agent = locate::agent().unwrap();
+    let cmd = command(Workload::Kv, "G1", HEAP);
+    let out = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .env(
+            "JAVA_TOOL_OPTIONS",
+            format!(
+                "-agentpath:{}=server=local,stats={}",
+                agent.display(),
+                stats.display()
+            ),
+        )
+        .env("MEMLINER_OPTIONS", "local=50%,policy=off")
+        .env_remove("MEMLINER_AGENT")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    // MEMLINER_OPTIONS said policy=off; the agent string did not override it.
+    assert_eq!(s["policy"], "off");
+    assert!(s["pager"].is_null());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn memliner_run_propagates_the_exit_code_and_prints_a_summary() {
+    let mut cmd = command(Workload::Graph, "G1", HEAP);
+    cmd.extend(["--bogus".to_string(), "1".to_string()]);
+    let out = memliner()
+        .args(["run", "--local", "50%", "--"])
+        .args(&cmd)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("unknown option --bogus"), "{err}");
+    assert!(
+        err.contains("memliner: G1 heap 32.0 MiB, local 16.0 MiB (50%)"),
+        "{err}"
+    );
+
+    let ok = memliner()
+        .args(["run", "--local", "25%", "--"])
+        .args(command(Workload::Kv, "G1", HEAP))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&ok.stderr);
+    assert!(ok.status.success(), "{err}");
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("verified=true"));
+    assert!(err.contains("remote traffic:"), "{err}");
+
+    let bad = memliner()
+        .args(["run", "--local", "lots", "--", &java(), "-version"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("bad value for 'local'"));
+}
