@@ -201,7 +201,7 @@ impl Default for PagerConfig {
         PagerConfig {
             budget_pages: 1024,
             handlers: 1,
-            fill_ahead: 15,
+            fill_ahead: 31,
             evict_batch: 64,
         }
     }
@@ -880,6 +880,7 @@ struct Handler {
     index: usize,
     kinds: HashMap<u32, ThreadKind>,
     fetch_buf: Vec<u8>,
+    zeros: Vec<u8>,
     wakes: Vec<usize>,
     retry: Vec<Event>,
 }
@@ -891,6 +892,7 @@ impl Handler {
             index,
             kinds: HashMap::new(),
             fetch_buf: vec![0; PAGE_SIZE],
+            zeros: Vec::new(),
             wakes: Vec::new(),
             retry: Vec::new(),
         }
@@ -1061,6 +1063,24 @@ impl Handler {
         }
     }
 
+    /// Maps `count` zero pages from page `p` on (all owned by this handler), writable.
+    fn install_run(&mut self, p: usize, count: usize) -> CopyOutcome {
+        if self.zeros.len() < count * PAGE_SIZE {
+            self.zeros = vec![0; count * PAGE_SIZE];
+        }
+        let addr = self.s.page_addr(p);
+        // SAFETY: `zeros` holds `count` pages; pages p..p+count are registered (claim_ahead
+        // stays inside p's span) and Busy, so nobody else maps them.
+        match unsafe {
+            self.s
+                .uffd
+                .copy(addr, self.zeros.as_ptr(), count * PAGE_SIZE, false, false)
+        } {
+            Ok(o) => o,
+            Err(_) => CopyOutcome::Gone,
+        }
+    }
+
     fn missing_fault(
         &mut self,
         ev: Event,
@@ -1097,7 +1117,16 @@ impl Handler {
                     self.s.counters.pages_read.fetch_add(1, Ordering::Relaxed);
                     (self.fetch_buf.as_ptr(), FaultKind::Remote)
                 };
-                let outcome = self.install(p, src, !write);
+                // A write fault with pages claimed ahead maps the whole run in one ioctl; if
+                // that fails part way, the pages are mapped one by one (a page already mapped
+                // then reports `Exists`, which is fine).
+                let run_ok = !ahead.is_empty()
+                    && self.install_run(p, 1 + ahead.len()) == CopyOutcome::Copied;
+                let outcome = if run_ok {
+                    CopyOutcome::Copied
+                } else {
+                    self.install(p, src, !write)
+                };
                 if outcome == CopyOutcome::Again {
                     // The mm is changing under an unread event: give everything back and retry
                     // once the event is read.
@@ -1120,7 +1149,11 @@ impl Handler {
                     },
                 );
                 for q in ahead {
-                    let o = self.install(q, ZERO_PAGE.0.as_ptr(), false);
+                    let o = if run_ok {
+                        CopyOutcome::Copied
+                    } else {
+                        self.install(q, ZERO_PAGE.0.as_ptr(), false)
+                    };
                     self.finish_install(q, o, DIRTY);
                 }
                 self.s.note_resident();
@@ -1153,7 +1186,16 @@ impl Handler {
     /// Claims up to `fill_ahead` untouched pages after `p` for zero fill.
     fn claim_ahead(&self, p: usize) -> Vec<usize> {
         let mut out = Vec::new();
-        for q in p + 1..(p + 1 + self.s.config.fill_ahead).min(self.s.npages) {
+        let addr = self.s.page_addr(p);
+        let span_end = self
+            .s
+            .spans
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|sp| sp.start <= addr && addr < sp.end)
+            .map_or(p + 1, |sp| (sp.end - self.s.base) / PAGE_SIZE);
+        for q in p + 1..(p + 1 + self.s.config.fill_ahead).min(span_end) {
             if self.s.state[q]
                 .compare_exchange(UNTOUCHED, BUSY, Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()

@@ -63,34 +63,40 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// One JVM run of the graph workload; returns (process wall ms, workload ms, stats).
-fn graph_run(
+/// One JVM run of a workload; returns (process wall ms, workload ms, stats).
+fn workload_run(
     classes: &Path,
+    workload: Workload,
     collector: &str,
     heap_mb: u64,
     cfg: &RunConfig,
 ) -> Result<(f64, f64, Option<Value>), String> {
-    let nodes = 60_000 * heap_mb / 64;
-    let cmd: Vec<String> = vec![
+    let mut cmd: Vec<String> = vec![
         crate::locate::java().display().to_string(),
         format!("-XX:+Use{collector}GC"),
         format!("-Xms{heap_mb}m"),
         format!("-Xmx{heap_mb}m"),
         "-cp".into(),
         classes.display().to_string(),
-        Workload::Graph.class().into(),
-        "--nodes".into(),
-        nodes.to_string(),
+        workload.class().into(),
     ];
+    // Scale the live set with the heap (the defaults are sized for 64 MiB).
+    let scaled = |n: u64| (n * heap_mb / 64).to_string();
+    match workload {
+        Workload::Graph => cmd.extend(["--nodes".into(), scaled(60_000)]),
+        Workload::Kv => cmd.extend([
+            "--keys".into(),
+            scaled(200_000),
+            "--capacity".into(),
+            scaled(100_000),
+        ]),
+    }
     let out = launch(cfg, &cmd, true)?;
+    let name = workload.name();
     let result = workloads::parse_result(&out.stdout)
-        .ok_or_else(|| format!("no RESULT line; stderr: {}", out.stderr.trim()))?;
+        .ok_or_else(|| format!("{name}: no RESULT line; stderr: {}", out.stderr.trim()))?;
     if !out.status.success() || workloads::field(&result, "verified") != Some("true") {
-        return Err(format!(
-            "graph run failed ({}): {}",
-            out.status,
-            out.stderr.trim()
-        ));
+        return Err(format!("{name} run failed ({}): {}", out.status, out.stderr.trim()));
     }
     let ms: f64 = workloads::field(&result, "elapsed_ms")
         .and_then(|v| v.parse().ok())
@@ -173,16 +179,19 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
         ..RunConfig::default()
     };
 
-    // Plan: per repetition, for each collector: none, quarter; plus (G1) full_local, in_process.
+    // Plan: per repetition and collector, each workload without the agent and at 25%; for the
+    // first collector also the graph workload at 100% local and with the in-process store.
     let first = cfg.collectors[0].clone();
-    let mut plan: Vec<(String, &str, &RunConfig)> = Vec::new();
+    let mut plan: Vec<(String, Workload, &str, &RunConfig)> = Vec::new();
     for _ in 0..cfg.reps {
         for c in &cfg.collectors {
-            plan.push((c.clone(), "no-agent", &none));
-            plan.push((c.clone(), "baseline-25", &quarter));
+            for w in Workload::ALL {
+                plan.push((c.clone(), w, "no-agent", &none));
+                plan.push((c.clone(), w, "baseline-25", &quarter));
+            }
             if *c == first {
-                plan.push((c.clone(), "agent-100", &full_local));
-                plan.push((c.clone(), "in-process-25", &in_process));
+                plan.push((c.clone(), Workload::Graph, "agent-100", &full_local));
+                plan.push((c.clone(), Workload::Graph, "in-process-25", &in_process));
             }
         }
     }
@@ -192,21 +201,25 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut raw = Vec::new();
-    for (collector, name, rc) in &plan {
-        bar.set_message(format!("{collector} {name}"));
-        let (wall, ms, stats) = graph_run(&classes, collector, cfg.heap_mb, rc)?;
-        raw.push(json!({"collector": collector, "config": name, "wall_ms": wall, "workload_ms": ms, "stats": stats}));
+    for (collector, w, name, rc) in &plan {
+        bar.set_message(format!("{collector} {} {name}", w.name()));
+        let (wall, ms, stats) = workload_run(&classes, *w, collector, cfg.heap_mb, rc)?;
+        raw.push(json!({"collector": collector, "workload": w.name(), "config": name,
+                        "wall_ms": wall, "workload_ms": ms, "stats": stats}));
         bar.inc(1);
     }
     bar.set_message("tcp loopback");
     let (wgbs, rgbs) = tcp_throughput(cfg.tcp_mib, cfg.reps)?;
     bar.finish_with_message("done");
 
-    let pick = |collector: &str, config: &str| -> Vec<&Value> {
+    let pick_w = |collector: &str, w: Workload, config: &str| -> Vec<&Value> {
         raw.iter()
-            .filter(|r| r["collector"] == collector && r["config"] == config)
+            .filter(|r| {
+                r["collector"] == collector && r["config"] == config && r["workload"] == w.name()
+            })
             .collect()
     };
+    let pick = |collector: &str, config: &str| pick_w(collector, Workload::Graph, config);
     let med =
         |rows: &[&Value], key: &str| median(rows.iter().filter_map(|r| r[key].as_f64()).collect());
     let med_stat = |rows: &[&Value], path: &[&str]| {
@@ -220,7 +233,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
     let mut md = String::new();
     md.push_str("# memliner bench\n\n");
     md.push_str(&format!(
-        "Graph workload, {} MiB heap (-Xms = -Xmx), median of {} repetitions, configurations interleaved. \
+        "{} MiB heap (-Xms = -Xmx), median of {} repetitions, configurations interleaved. \
          Ratios are of medians measured in this run.\n\n",
         cfg.heap_mb, cfg.reps
     ));
@@ -252,23 +265,26 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
         cfg.tcp_mib
     ));
     md.push_str("## 25% local, policy=baseline, TCP loopback server, vs no agent\n\n");
-    md.push_str("| collector | all-local ms | 25% ms | slowdown | GC share of remote faults | GC share of all faults | remote faults | TCP fault p50 us |\n|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| workload | collector | all-local ms | 25% ms | slowdown | GC share of remote faults | GC share of all faults | remote faults | TCP fault p50 us |\n|---|---|---|---|---|---|---|---|---|\n");
     let mut summary = Vec::new();
-    for c in &cfg.collectors {
-        let n = pick(c, "no-agent");
-        let q = pick(c, "baseline-25");
-        let slow = med(&q, "wall_ms") / med(&n, "wall_ms");
-        let share = med_stat(&q, &["faults", "gc_share_of_remote"]);
-        md.push_str(&format!(
-            "| {c} | {:.0} | {:.0} | {slow:.2}x | {:.1}% | {:.1}% | {:.0} | {:.1} |\n",
-            med(&n, "wall_ms"),
-            med(&q, "wall_ms"),
-            share * 100.0,
-            med_stat(&q, &["faults", "gc_share_of_all"]) * 100.0,
-            med_stat(&q, &["faults", "remote"]),
-            med_stat(&q, &["pager", "latency", "remote", "p50_us"]),
-        ));
-        summary.push(json!({"collector": c, "slowdown_25": slow, "gc_share_of_remote": share}));
+    for w in Workload::ALL {
+        for c in &cfg.collectors {
+            let n = pick_w(c, w, "no-agent");
+            let q = pick_w(c, w, "baseline-25");
+            let slow = med(&q, "wall_ms") / med(&n, "wall_ms");
+            let share = med_stat(&q, &["faults", "gc_share_of_remote"]);
+            md.push_str(&format!(
+                "| {} | {c} | {:.0} | {:.0} | {slow:.2}x | {:.1}% | {:.1}% | {:.0} | {:.1} |\n",
+                w.name(),
+                med(&n, "wall_ms"),
+                med(&q, "wall_ms"),
+                share * 100.0,
+                med_stat(&q, &["faults", "gc_share_of_all"]) * 100.0,
+                med_stat(&q, &["faults", "remote"]),
+                med_stat(&q, &["pager", "latency", "remote", "p50_us"]),
+            ));
+            summary.push(json!({"workload": w.name(), "collector": c, "slowdown_25": slow, "gc_share_of_remote": share}));
+        }
     }
     md.push_str(&format!(
         "\nCommand: `memliner bench{}` ({} repetitions).\n",

@@ -13,7 +13,7 @@ use memliner_cli::{locate, summary};
 use serde_json::Value;
 
 /// Pages the budget may be exceeded by: one fill-ahead run plus the faulting page.
-const SLACK_PAGES: u64 = 16;
+const SLACK_PAGES: u64 = 32;
 const HEAP: &str = "32m";
 
 fn classes() -> &'static PathBuf {

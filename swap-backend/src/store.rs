@@ -163,60 +163,54 @@ impl StripedStore {
         ((id / Self::STRIPE_PAGES) % self.stores.len() as u64) as usize
     }
 
-    /// Splits a batch by store: for each store, the positions in `ids` that it holds.
-    fn split(&self, ids: &[u64]) -> Vec<Vec<usize>> {
-        let mut parts = vec![Vec::new(); self.stores.len()];
+    /// Splits a batch by store: each store that holds some of `ids`, with the positions in
+    /// `ids` of its pages and their ids.
+    fn parts<'a>(
+        &'a self,
+        ids: &'a [u64],
+    ) -> impl Iterator<Item = (&'a dyn PageStore, Vec<usize>, Vec<u64>)> + 'a {
+        let mut positions = vec![Vec::new(); self.stores.len()];
         for (pos, id) in ids.iter().enumerate() {
-            parts[self.index(*id)].push(pos);
+            positions[self.index(*id)].push(pos);
         }
-        parts
+        self.stores
+            .iter()
+            .zip(positions)
+            .filter(|(_, p)| !p.is_empty())
+            .map(move |(store, p)| {
+                let sub = p.iter().map(|&i| ids[i]).collect();
+                (store.as_ref(), p, sub)
+            })
     }
 }
 
 impl PageStore for StripedStore {
     fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
-        if self.stores.len() == 1 {
-            return self.stores[0].read_pages(ids, out);
-        }
-        for (store, positions) in self.stores.iter().zip(self.split(ids)) {
-            if positions.is_empty() {
-                continue;
-            }
-            let sub: Vec<u64> = positions.iter().map(|&p| ids[p]).collect();
+        for (store, positions, sub) in self.parts(ids) {
             let mut buf = vec![0u8; sub.len() * PAGE_SIZE];
             store.read_pages(&sub, &mut buf)?;
-            for (i, &p) in positions.iter().enumerate() {
-                out[p * PAGE_SIZE..(p + 1) * PAGE_SIZE]
-                    .copy_from_slice(&buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
+            for (src, &p) in buf.chunks_exact(PAGE_SIZE).zip(&positions) {
+                out[p * PAGE_SIZE..(p + 1) * PAGE_SIZE].copy_from_slice(src);
             }
         }
         Ok(())
     }
 
     fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
-        if self.stores.len() == 1 {
-            return self.stores[0].write_pages(ids, data);
-        }
-        for (store, positions) in self.stores.iter().zip(self.split(ids)) {
-            if positions.is_empty() {
-                continue;
-            }
-            let sub: Vec<u64> = positions.iter().map(|&p| ids[p]).collect();
-            let mut buf = Vec::with_capacity(sub.len() * PAGE_SIZE);
-            for &p in &positions {
-                buf.extend_from_slice(&data[p * PAGE_SIZE..(p + 1) * PAGE_SIZE]);
-            }
+        for (store, positions, sub) in self.parts(ids) {
+            let buf: Vec<u8> = positions
+                .iter()
+                .flat_map(|&p| &data[p * PAGE_SIZE..(p + 1) * PAGE_SIZE])
+                .copied()
+                .collect();
             store.write_pages(&sub, &buf)?;
         }
         Ok(())
     }
 
     fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
-        for (store, positions) in self.stores.iter().zip(self.split(ids)) {
-            if !positions.is_empty() {
-                let sub: Vec<u64> = positions.iter().map(|&p| ids[p]).collect();
-                store.free_pages(&sub)?;
-            }
+        for (store, _, sub) in self.parts(ids) {
+            store.free_pages(&sub)?;
         }
         Ok(())
     }

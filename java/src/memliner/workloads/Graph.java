@@ -15,7 +15,8 @@ public final class Graph {
     static final class Node {
         final int id;
         int version;
-        Node[] out;
+        Node[] out;      // the object graph the collector traces
+        int[] outIds;    // the same edges as ids: what the PageRank pass reads
         long[] payload;
         Node next; // chain link
         Node(int id) { this.id = id; }
@@ -65,8 +66,13 @@ public final class Graph {
         }
         for (int i = 0; i < n; i++) {
             Node[] out = new Node[degree];
-            for (int k = 0; k < degree; k++) out[k] = nodes[skewed(r, n)];
+            int[] ids = new int[degree];
+            for (int k = 0; k < degree; k++) {
+                ids[k] = skewed(r, n);
+                out[k] = nodes[ids[k]];
+            }
             nodes[i].out = out;
+            nodes[i].outIds = ids;
             // Chains link nodes in a scattered order, so walking one jumps around the heap.
             nodes[i].next = nodes[(int) ((i * 7919L + 13) % n)];
         }
@@ -78,8 +84,8 @@ public final class Graph {
             java.util.Arrays.fill(next, 0.15 / n);
             for (int i = 0; i < n; i++) {
                 Node v = nodes[i];
-                double share = 0.85 * rank[i] / v.out.length;
-                for (Node w : v.out) next[w.id] += share;
+                double share = 0.85 * rank[i] / v.outIds.length;
+                for (int w : v.outIds) next[w] += share;
             }
             double[] t = rank; rank = next; next = t;
 
@@ -88,11 +94,13 @@ public final class Graph {
                 Node v = nodes[skewed(r, n)];
                 v.version++;
                 v.payload = payloadFor(v.id, v.version, words);
-                v.out[r.nextInt(degree)] = nodes[r.nextInt(n)];
+                int k = r.nextInt(degree), target = r.nextInt(n);
+                v.out[k] = nodes[target];
+                v.outIds[k] = target;
             }
-            // Walk a chain: pointer chasing across the whole graph.
+            // Walk a chain: pointer chasing across the graph.
             Node c = nodes[r.nextInt(n)];
-            for (int s = 0; s < n / 4; s++) c = c.next;
+            for (int s = 0; s < n / 16; s++) c = c.next;
             if (c == null) return;
         }
 
@@ -103,7 +111,12 @@ public final class Graph {
                 System.exit(Args.fail("graph", "payload of node " + i + " is corrupt"));
             }
             sum = mix(sum ^ Math.round(rank[i] * 1e12) ^ ((long) v.version << 40));
-            for (Node w : v.out) sum += w.id;
+            for (int k = 0; k < v.out.length; k++) {
+                if (v.out[k].id != v.outIds[k]) {
+                    System.exit(Args.fail("graph", "edge " + k + " of node " + i + " is corrupt"));
+                }
+                sum += v.outIds[k];
+            }
         }
         long ms = (System.nanoTime() - t0) / 1_000_000;
         System.out.println("RESULT workload=graph nodes=" + n + " rounds=" + rounds
