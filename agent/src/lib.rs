@@ -168,6 +168,7 @@ fn start_paging(rt: &Runtime) -> Result<(), String> {
         PagerConfig {
             budget_pages: budget,
             handlers: rt.options.handlers,
+            track_dirty: rt.options.track_dirty,
             ..PagerConfig::default()
         },
         store,

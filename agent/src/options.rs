@@ -12,6 +12,7 @@
 //! | `log`      | `error`, `warn`, `info`, `debug`          | `warn` |
 //! | `handlers` | fault-handler threads, 1..=16             | `1` |
 //! | `token`    | shared secret of the memory server        | none |
+//! | `dirty`    | `track` (write-protect pages mapped on a read; clean pages are dropped without a write-back) or `assume` (no write faults; every evicted page is written back) | `track` |
 //!
 //! An unknown key or a bad value is an error that names the key and the valid choices.
 
@@ -73,6 +74,8 @@ pub struct Options {
     pub log: LogLevel,
     pub handlers: usize,
     pub token: String,
+    /// Track which pages were written (see `PagerConfig::track_dirty`).
+    pub track_dirty: bool,
 }
 
 impl Default for Options {
@@ -85,11 +88,12 @@ impl Default for Options {
             log: LogLevel::Warn,
             handlers: 1,
             token: String::new(),
+            track_dirty: true,
         }
     }
 }
 
-const KEYS: &str = "server, local, policy, stats, log, handlers, token";
+const KEYS: &str = "server, local, policy, stats, log, handlers, token, dirty";
 
 /// Parses `env` (from `MEMLINER_OPTIONS`, may be empty) then `agent` (the -agentpath string).
 pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
@@ -167,6 +171,13 @@ pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
                         .ok_or_else(|| bad("expected a number of threads from 1 to 16"))?
                 }
                 "token" => o.token = value.to_string(),
+                "dirty" => {
+                    o.track_dirty = match value {
+                        "track" => true,
+                        "assume" => false,
+                        _ => return Err(bad("expected one of track, assume")),
+                    }
+                }
                 _ => return Err(format!("unknown option '{key}' (valid keys: {KEYS})")),
             }
         }

@@ -194,6 +194,10 @@ pub struct PagerConfig {
     pub fill_ahead: usize,
     /// Victims per eviction batch.
     pub evict_batch: usize,
+    /// Map pages write-protected after a read fault, so that a page that was only read is
+    /// dropped at eviction without a write-back (one extra fault at its first write). Off:
+    /// every evicted page that is not all zeros is written back.
+    pub track_dirty: bool,
 }
 
 impl Default for PagerConfig {
@@ -203,6 +207,7 @@ impl Default for PagerConfig {
             handlers: 1,
             fill_ahead: 31,
             evict_batch: 64,
+            track_dirty: true,
         }
     }
 }
@@ -1122,10 +1127,13 @@ impl Handler {
                 // then reports `Exists`, which is fine).
                 let run_ok = !ahead.is_empty()
                     && self.install_run(p, 1 + ahead.len()) == CopyOutcome::Copied;
+                // Map write-protected after a read so that the first write is seen, unless
+                // dirtiness is not tracked (then every page counts as written).
+                let protect = !write && self.s.config.track_dirty;
                 let outcome = if run_ok {
                     CopyOutcome::Copied
                 } else {
-                    self.install(p, src, !write)
+                    self.install(p, src, protect)
                 };
                 if outcome == CopyOutcome::Again {
                     // The mm is changing under an unread event: give everything back and retry
@@ -1140,7 +1148,7 @@ impl Handler {
                 self.finish_install(
                     p,
                     outcome,
-                    if write {
+                    if !protect {
                         DIRTY
                     } else if s == UNTOUCHED {
                         CLEAN_ZERO

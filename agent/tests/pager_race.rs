@@ -54,6 +54,16 @@ impl Drop for Region {
 }
 
 fn start(region: &Region, budget: usize, handlers: usize, store: Box<dyn PageStore>) -> Pager {
+    start_with(region, budget, handlers, store, true)
+}
+
+fn start_with(
+    region: &Region,
+    budget: usize,
+    handlers: usize,
+    store: Box<dyn PageStore>,
+    track_dirty: bool,
+) -> Pager {
     Pager::start(
         region.base,
         region.len,
@@ -66,6 +76,7 @@ fn start(region: &Region, budget: usize, handlers: usize, store: Box<dyn PageSto
             handlers,
             fill_ahead: 3,
             evict_batch: 8,
+            track_dirty,
         },
         store,
         Box::new(AllApp),
@@ -148,6 +159,18 @@ fn writes_survive_with_several_handler_threads() {
     let pager = start(&region, 24, 3, Box::new(LocalStore::new(1 << 20)));
     hammer(&region, 6, 5);
     assert!(pager.counters().evicted_dirty.load(Ordering::SeqCst) > 50);
+}
+
+#[test]
+fn writes_survive_without_dirty_tracking_and_nothing_drops_clean() {
+    let region = Region::new(128);
+    let pager = start_with(&region, 16, 1, Box::new(LocalStore::new(1 << 20)), false);
+    hammer(&region, 4, 4);
+    let c = pager.counters();
+    assert!(c.evicted_dirty.load(Ordering::SeqCst) > 50);
+    assert_eq!(c.evicted_clean.load(Ordering::SeqCst), 0);
+    let write_faults: u64 = c.faults.iter().map(|k| k[2].load(Ordering::SeqCst)).sum();
+    assert_eq!(write_faults, 0, "no page is mapped write-protected");
 }
 
 #[test]

@@ -26,6 +26,8 @@ pub struct BenchConfig {
     pub heap_mb: u64,
     pub out: PathBuf,
     pub tcp_mib: usize,
+    /// The command line that produced the report, for the report.
+    pub command: String,
 }
 
 impl BenchConfig {
@@ -36,6 +38,7 @@ impl BenchConfig {
             heap_mb: 64,
             out,
             tcp_mib: 64,
+            command: "memliner bench --quick".into(),
         }
     }
 
@@ -46,6 +49,7 @@ impl BenchConfig {
             heap_mb: 64,
             out,
             tcp_mib: 256,
+            command: "memliner bench".into(),
         }
     }
 }
@@ -69,6 +73,7 @@ fn workload_run(
     workload: Workload,
     collector: &str,
     heap_mb: u64,
+    rounds: u32,
     cfg: &RunConfig,
 ) -> Result<(f64, f64, Option<Value>), String> {
     let mut cmd: Vec<String> = vec![
@@ -83,7 +88,12 @@ fn workload_run(
     // Scale the live set with the heap (the defaults are sized for 64 MiB).
     let scaled = |n: u64| (n * heap_mb / 64).to_string();
     match workload {
-        Workload::Graph => cmd.extend(["--nodes".into(), scaled(60_000)]),
+        Workload::Graph => cmd.extend([
+            "--nodes".into(),
+            scaled(60_000),
+            "--rounds".into(),
+            rounds.to_string(),
+        ]),
         Workload::Kv => cmd.extend([
             "--keys".into(),
             scaled(200_000),
@@ -96,7 +106,11 @@ fn workload_run(
     let result = workloads::parse_result(&out.stdout)
         .ok_or_else(|| format!("{name}: no RESULT line; stderr: {}", out.stderr.trim()))?;
     if !out.status.success() || workloads::field(&result, "verified") != Some("true") {
-        return Err(format!("{name} run failed ({}): {}", out.status, out.stderr.trim()));
+        return Err(format!(
+            "{name} run failed ({}): {}",
+            out.status,
+            out.stderr.trim()
+        ));
     }
     let ms: f64 = workloads::field(&result, "elapsed_ms")
         .and_then(|v| v.parse().ok())
@@ -169,6 +183,11 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
         local: "100%".into(),
         ..RunConfig::default()
     };
+    let assume = RunConfig {
+        local: "25%".into(),
+        dirty: Some("assume".into()),
+        ..RunConfig::default()
+    };
     let in_process = RunConfig {
         local: "25%".into(),
         server: Some("local".into()),
@@ -190,8 +209,10 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 plan.push((c.clone(), w, "baseline-25", &quarter));
             }
             if *c == first {
-                plan.push((c.clone(), Workload::Graph, "agent-100", &full_local));
+                plan.push((c.clone(), Workload::Graph, "long-no-agent", &none));
+                plan.push((c.clone(), Workload::Graph, "long-agent-100", &full_local));
                 plan.push((c.clone(), Workload::Graph, "in-process-25", &in_process));
+                plan.push((c.clone(), Workload::Graph, "assume-dirty-25", &assume));
             }
         }
     }
@@ -203,9 +224,14 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
     let mut raw = Vec::new();
     for (collector, w, name, rc) in &plan {
         bar.set_message(format!("{collector} {} {name}", w.name()));
-        let (wall, ms, stats) = workload_run(&classes, *w, collector, cfg.heap_mb, rc)?;
-        raw.push(json!({"collector": collector, "workload": w.name(), "config": name,
-                        "wall_ms": wall, "workload_ms": ms, "stats": stats}));
+        // The overhead rows ("long-") run for seconds, so that JVM start-up and the first
+        // touch of the heap do not dominate them.
+        let rounds = if name.starts_with("long-") { 60 } else { 6 };
+        let (wall, ms, stats) = workload_run(&classes, *w, collector, cfg.heap_mb, rounds, rc)?;
+        raw.push(
+            json!({"collector": collector, "workload": w.name(), "config": name,
+                        "wall_ms": wall, "workload_ms": ms, "stats": stats}),
+        );
         bar.inc(1);
     }
     bar.set_message("tcp loopback");
@@ -237,10 +263,10 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
          Ratios are of medians measured in this run.\n\n",
         cfg.heap_mb, cfg.reps
     ));
-    let none_first = pick(&first, "no-agent");
-    let agent100 = pick(&first, "agent-100");
+    let none_first = pick(&first, "long-no-agent");
+    let agent100 = pick(&first, "long-agent-100");
     md.push_str(
-        "## Agent overhead at 100% local\n\n| | process wall ms | workload ms |\n|---|---|---|\n",
+        "## Agent overhead at 100% local (graph, 60 rounds)\n\n| | process wall ms | workload ms |\n|---|---|---|\n",
     );
     md.push_str(&format!(
         "| no agent ({first}) | {:.0} | {:.0} |\n| agent, local=100% | {:.0} | {:.0} |\n| ratio | {:.3} | {:.3} |\n\n",
@@ -259,6 +285,25 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
         med_stat(&inproc, &["pager", "latency", "all", "p99_us"]),
         med_stat(&inproc, &["pager", "latency", "remote", "p50_us"]),
         med_stat(&inproc, &["pager", "latency", "remote", "p99_us"]),
+    ));
+    let track = pick(&first, "baseline-25");
+    let assume = pick(&first, "assume-dirty-25");
+    md.push_str(&format!(
+        "## Dirty tracking at 25% local ({first}, graph, TCP)\n\n"
+    ));
+    md.push_str("| dirty= | wall ms | write faults | pages written | clean evictions |\n|---|---|---|---|---|\n");
+    for (label, rows) in [("track", &track), ("assume", &assume)] {
+        md.push_str(&format!(
+            "| {label} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            med(rows, "wall_ms"),
+            med_stat(rows, &["faults", "write"]),
+            med_stat(rows, &["pager", "remote", "pages_written"]),
+            med_stat(rows, &["pager", "evictions", "clean"]),
+        ));
+    }
+    md.push_str(&format!(
+        "\nassume/track wall-time ratio: {:.3}\n\n",
+        med(&assume, "wall_ms") / med(&track, "wall_ms")
     ));
     md.push_str(&format!(
         "## TCP loopback, pipelined batches of 1024 pages, {} MiB\n\n| direction | GB/s |\n|---|---|\n| write | {wgbs:.2} |\n| read | {rgbs:.2} |\n\n",
@@ -286,11 +331,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
             summary.push(json!({"workload": w.name(), "collector": c, "slowdown_25": slow, "gc_share_of_remote": share}));
         }
     }
-    md.push_str(&format!(
-        "\nCommand: `memliner bench{}` ({} repetitions).\n",
-        if cfg.reps == 3 { " --quick" } else { "" },
-        cfg.reps
-    ));
+    md.push_str(&format!("\nCommand: `{}`.\n", cfg.command));
     let report = cfg.out.join("report.md");
     std::fs::write(&report, &md).map_err(|e| e.to_string())?;
     let raw_doc = json!({

@@ -44,6 +44,10 @@ enum Cmd {
         /// Token of the memory server.
         #[arg(long)]
         token: Option<String>,
+        /// Dirty tracking: track (clean pages drop without write-back) or assume (no write
+        /// faults; every evicted page is written back).
+        #[arg(long)]
+        dirty: Option<String>,
         /// Do not print the summary.
         #[arg(long, short)]
         quiet: bool,
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
             log,
             handlers,
             token,
+            dirty,
             quiet,
             command,
         } => {
@@ -123,6 +128,7 @@ fn main() -> ExitCode {
                 log,
                 handlers,
                 token,
+                dirty,
             };
             match launch(&cfg, &command, false) {
                 Ok(out) => {

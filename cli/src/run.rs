@@ -20,6 +20,8 @@ pub struct RunConfig {
     pub log: Option<String>,
     pub handlers: Option<usize>,
     pub token: Option<String>,
+    /// `dirty=` value: `track` or `assume`.
+    pub dirty: Option<String>,
 }
 
 impl Default for RunConfig {
@@ -33,6 +35,7 @@ impl Default for RunConfig {
             log: None,
             handlers: None,
             token: None,
+            dirty: None,
         }
     }
 }
@@ -84,6 +87,9 @@ pub fn agent_arg(
     }
     if let Some(t) = &cfg.token {
         opts.push(format!("token={t}"));
+    }
+    if let Some(d) = &cfg.dirty {
+        opts.push(format!("dirty={d}"));
     }
     format!("-agentpath:{}={}", agent.display(), opts.join(","))
 }

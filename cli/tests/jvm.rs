@@ -104,10 +104,19 @@ fn u(v: &Value, path: &[&str]) -> u64 {
 
 /// Runs one matrix cell and checks checksum, budget and stats consistency.
 fn cell(w: Workload, gc: &str, local: u32) {
-    let what = format!("{} {gc} {local}%", w.name());
+    cell_with(w, gc, local, RunConfig::default())
+}
+
+fn cell_with(w: Workload, gc: &str, local: u32, base: RunConfig) {
+    let what = format!(
+        "{} {gc} {local}% {:?} {:?}",
+        w.name(),
+        base.handlers,
+        base.dirty
+    );
     let cfg = RunConfig {
         local: format!("{local}%"),
-        ..RunConfig::default()
+        ..base
     };
     let out = launch(&cfg, &command(w, gc, HEAP), true).unwrap();
     assert_eq!(
@@ -205,6 +214,24 @@ matrix! {
     kv_shenandoah_100: Workload::Kv, "Shenandoah", 100;
     kv_shenandoah_50: Workload::Kv, "Shenandoah", 50;
     kv_shenandoah_25: Workload::Kv, "Shenandoah", 25;
+}
+
+#[test]
+fn two_handler_threads() {
+    let cfg = RunConfig {
+        handlers: Some(2),
+        ..RunConfig::default()
+    };
+    cell_with(Workload::Graph, "G1", 25, cfg);
+}
+
+#[test]
+fn without_dirty_tracking() {
+    let cfg = RunConfig {
+        dirty: Some("assume".into()),
+        ..RunConfig::default()
+    };
+    cell_with(Workload::Kv, "Parallel", 25, cfg);
 }
 
 #[test]
