@@ -562,6 +562,30 @@ fn per_run(runs: &[(usize, usize)]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `spans` less the range `[lo, hi)`.
+fn subtract(spans: &[Span], lo: usize, hi: usize) -> Vec<Span> {
+    let mut out = Vec::new();
+    for s in spans {
+        if s.end <= lo || s.start >= hi {
+            out.push(*s);
+            continue;
+        }
+        if s.start < lo {
+            out.push(Span {
+                start: s.start,
+                end: lo,
+            });
+        }
+        if s.end > hi {
+            out.push(Span {
+                start: hi,
+                end: s.end,
+            });
+        }
+    }
+    out
+}
+
 /// Coalesces sorted page indexes into (address, length) runs.
 fn runs(base: usize, pages: &[usize]) -> Vec<(usize, usize)> {
     let mut out: Vec<(usize, usize)> = Vec::new();
@@ -608,7 +632,7 @@ impl Shared {
         self.uffd.register(start, end - start)?;
         {
             let mut spans = self.spans.lock().unwrap();
-            spans.retain(|s| s.end <= start || s.start >= end);
+            *spans = subtract(&spans, start, end);
             spans.push(Span { start, end });
         }
         // Pages touched before registration never fault: adopt them as dirty (the store has
@@ -874,8 +898,22 @@ impl Shared {
         }
         let _ = self.store.free_pages(&to_free);
         // The range was mapped anew (HotSpot commits and uncommits with mmap MAP_FIXED): page
-        // the new mapping too. A plain munmap leaves nothing to register, which is fine.
-        let _ = self.register_and_adopt(lo, hi);
+        // the anonymous mappings there now. A plain munmap leaves nothing to register.
+        {
+            let mut spans = self.spans.lock().unwrap();
+            *spans = subtract(&spans, lo, hi);
+        }
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        for span in crate::heap::anonymous_spans(&crate::heap::parse_maps(&maps), lo, hi - lo) {
+            if let Err(e) = self.register_and_adopt(span.start, span.end) {
+                crate::log!(
+                    crate::options::LogLevel::Warn,
+                    "cannot page the remapped heap range {:#x}-{:#x}: {e}; it stays local",
+                    span.start,
+                    span.end
+                );
+            }
+        }
     }
 }
 
@@ -1276,5 +1314,59 @@ impl Handler {
                 self.count(class, FaultKind::Stale);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subtracting_ranges_from_spans() {
+        let spans = [
+            Span { start: 0, end: 100 },
+            Span {
+                start: 200,
+                end: 300,
+            },
+        ];
+        assert_eq!(
+            subtract(&spans, 50, 250),
+            vec![
+                Span { start: 0, end: 50 },
+                Span {
+                    start: 250,
+                    end: 300
+                }
+            ]
+        );
+        assert_eq!(subtract(&spans, 0, 400), vec![]);
+        assert_eq!(subtract(&spans, 120, 180), spans.to_vec());
+        assert_eq!(
+            subtract(&spans, 10, 20),
+            vec![
+                Span { start: 0, end: 10 },
+                Span {
+                    start: 20,
+                    end: 100
+                },
+                Span {
+                    start: 200,
+                    end: 300
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn runs_coalesce_neighbours() {
+        assert_eq!(
+            runs(0x1000, &[0, 1, 2, 5, 6, 9]),
+            vec![
+                (0x1000, 3 * PAGE_SIZE),
+                (0x1000 + 5 * PAGE_SIZE, 2 * PAGE_SIZE),
+                (0x1000 + 9 * PAGE_SIZE, PAGE_SIZE)
+            ]
+        );
     }
 }
