@@ -90,12 +90,11 @@ fn connect(options: &Options) -> Result<Box<dyn PageStore>, String> {
         return Ok(Box::new(LocalStore::new(u64::MAX / PAGE_SIZE as u64)));
     }
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let namespace = format!(
-        "{}/{}/{:x}",
-        host.trim(),
-        std::process::id(),
-        Instant::now().elapsed().as_nanos() ^ (std::ptr::addr_of!(LOG_LEVEL) as u128)
-    );
+    // One namespace per JVM: host, pid and start time tell restarts with a reused pid apart.
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let namespace = format!("{}/{}/{started:x}", host.trim(), std::process::id());
     let mut stores: Vec<Box<dyn PageStore>> = Vec::new();
     for s in &options.servers {
         let store = TcpStore::connect(

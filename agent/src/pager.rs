@@ -650,8 +650,8 @@ impl Shared {
                 q.push_back((first + i) as u32);
             }
         }
-        let r = self.resident.load(Ordering::SeqCst);
-        self.peak_resident.fetch_max(r, Ordering::SeqCst);
+        // No peak update here: pages the JVM touched before registration were not admitted
+        // by the pager; the next trim brings them under budget.
         Ok(())
     }
 
@@ -914,6 +914,9 @@ impl Shared {
                 );
             }
         }
+        // Pages touched between the remap and the registration were adopted: evict now, on
+        // this handler thread, rather than at the next fault.
+        self.trim();
     }
 }
 
