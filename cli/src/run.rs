@@ -152,6 +152,11 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
     let child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {program}: {e}"))?;
+    if embedded.is_some() {
+        // The embedded server lives in this process: it must outlive the JVM, which may still
+        // fault pages in while it runs its shutdown hooks.
+        outlive_child(child.id());
+    }
     let out = child
         .wait_with_output()
         .map_err(|e| format!("waiting for {program}: {e}"))?;
@@ -175,4 +180,27 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         embedded: embedded_addr,
     })
+}
+
+static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int) {
+    let pid = CHILD.load(std::sync::atomic::Ordering::SeqCst);
+    // Ctrl-C and Ctrl-\ reach the JVM from the terminal already (same process group); only
+    // signals aimed at us alone are passed on.
+    if pid > 0 && sig != libc::SIGINT && sig != libc::SIGQUIT {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Keeps this process alive until the child exits: SIGINT/SIGQUIT are left to the child,
+/// SIGTERM/SIGHUP are forwarded to it.
+#[allow(unsafe_code)]
+fn outlive_child(pid: u32) {
+    CHILD.store(pid as i32, std::sync::atomic::Ordering::SeqCst);
+    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installs a handler that only calls the async-signal-safe kill.
+        unsafe { libc::signal(sig, forward_signal as *const () as libc::sighandler_t) };
+    }
 }

@@ -478,3 +478,91 @@ fn memliner_run_propagates_the_exit_code_and_prints_a_summary() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("bad value for 'local'"));
 }
+
+/// Whether process `pid` has a thread named `name`.
+fn has_thread(pid: u32, name: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|rd| {
+            rd.flatten().any(|t| {
+                std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// User + system CPU time of process `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Fields 14 and 15 of stat; 12 and 13 after the name and state.
+    fields
+        .get(11)
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        + fields
+            .get(12)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+}
+
+#[test]
+fn sigterm_to_memliner_run_stops_the_jvm_cleanly_with_the_embedded_server_alive() {
+    let mut cmd = command(Workload::Graph, "G1", HEAP);
+    cmd.extend(["--rounds".to_string(), "400".to_string()]);
+    let run = memliner()
+        .args(["run", "--local", "25%", "--"])
+        .args(&cmd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait (bounded) until the JVM child runs the pager.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let jvm = loop {
+        let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", run.id()))
+            .unwrap_or_default();
+        if let Some(pid) = children
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+            .next()
+        {
+            // Paging, and far enough in (half a second of CPU) that pages live on the server.
+            if has_thread(pid, "memliner-fault0") && cpu_ticks(pid) >= 50 {
+                break pid;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the JVM never started paging"
+        );
+        std::thread::yield_now();
+    };
+    eprintln!("jvm {jvm} paging; sending SIGTERM to memliner {}", run.id());
+    let rc = Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(rc.success());
+    let out = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(143),
+        "memliner must exit as the JVM did: {err}"
+    );
+    assert!(
+        !err.contains("FATAL"),
+        "the JVM lost its memory server on the way out: {err}"
+    );
+    assert!(
+        err.contains("remote traffic:"),
+        "stats written at VM death: {err}"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{jvm}")).exists() || {
+            // A zombie entry may linger briefly; it must not be running.
+            std::fs::read_to_string(format!("/proc/{jvm}/stat")).map_or(true, |s| s.contains(") Z"))
+        }
+    );
+}

@@ -76,6 +76,11 @@ impl TcpStore {
 
     fn frame_error(&self, e: protocol::FrameError) -> StoreError {
         match e {
+            protocol::FrameError::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => self
+                .io(std::io::Error::new(
+                    e.kind(),
+                    "the server closed the connection",
+                )),
             protocol::FrameError::Io(e) => self.io(e),
             protocol::FrameError::Malformed(m) => self.protocol_error(m),
         }
