@@ -324,7 +324,20 @@ impl Pager {
             let s = shared.clone();
             threads.push(spawn_blocking_signals(
                 format!("memliner-fault{i}"),
-                move || Handler::new(s, i).run(),
+                move || {
+                    // A dead handler would hang every thread that touches a paged-out page:
+                    // turn a panic into a fatal stop instead.
+                    let fatal = s.fatal;
+                    let run = std::panic::AssertUnwindSafe(|| Handler::new(s, i).run());
+                    if let Err(p) = std::panic::catch_unwind(run) {
+                        let why = p
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| p.downcast_ref::<String>().cloned())
+                            .unwrap_or_default();
+                        fatal(&format!("fault handler {i} crashed: {why}"));
+                    }
+                },
             )?);
         }
         let pager = Pager { shared, threads };

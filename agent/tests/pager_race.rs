@@ -273,3 +273,48 @@ fn a_broken_store_stops_the_process_with_the_page_and_server_named() {
     assert!(err.contains("cannot fetch heap page"), "{err}");
     assert!(err.contains("tcp://10.9.9.9:7070"), "{err}");
 }
+
+#[test]
+fn a_panicking_handler_stops_the_process_instead_of_hanging_it() {
+    if std::env::var("PAGER_PANIC_CHILD").is_ok() {
+        struct Panics;
+        impl PageStore for Panics {
+            fn read_pages(&self, _: &[u64], _: &mut [u8]) -> Result<(), swap_backend::StoreError> {
+                panic!("store bug")
+            }
+            fn write_pages(&self, _: &[u64], _: &[u8]) -> Result<(), swap_backend::StoreError> {
+                Ok(())
+            }
+            fn free_pages(&self, _: &[u64]) -> Result<(), swap_backend::StoreError> {
+                Ok(())
+            }
+            fn describe(&self) -> String {
+                "panics".into()
+            }
+        }
+        let region = Region::new(32);
+        let _pager = start(&region, 4, 1, Box::new(Panics));
+        for p in 0..32 {
+            // SAFETY: inside the region.
+            unsafe { *((region.base + p * PAGE_SIZE) as *mut u8) = 7 };
+        }
+        // SAFETY: inside the region; page 0 was evicted, so this fetches (and panics).
+        let _ = unsafe { std::ptr::read_volatile(region.base as *const u8) };
+        std::process::exit(0);
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_panicking_handler_stops_the_process_instead_of_hanging_it",
+            "--nocapture",
+        ])
+        .env("PAGER_PANIC_CHILD", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "child must not succeed; stderr: {err}"
+    );
+    assert!(err.contains("fault handler 0 crashed: store bug"), "{err}");
+}
