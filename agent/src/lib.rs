@@ -122,6 +122,12 @@ fn load(options_str: &str) -> Result<(), String> {
     let store = if options.policy == Policy::Off {
         None
     } else {
+        if !options.server_given {
+            log!(
+                LogLevel::Warn,
+                "no server= given: evicted pages stay in this process's memory; give server=HOST:PORT for far memory (or server=local to silence this)"
+            );
+        }
         Some(connect(&options)?)
     };
     let rt = Runtime {

@@ -68,6 +68,8 @@ pub enum LogLevel {
 pub struct Options {
     /// Memory servers (`HOST:PORT`); empty means the in-process store.
     pub servers: Vec<String>,
+    /// Whether `server=` was given at all (the in-process default deserves a warning).
+    pub server_given: bool,
     pub budget: Budget,
     pub policy: Policy,
     pub stats: Option<String>,
@@ -82,6 +84,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             servers: Vec::new(),
+            server_given: false,
             budget: Budget::Percent(100.0),
             policy: Policy::Baseline,
             stats: None,
@@ -106,6 +109,7 @@ pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
             let bad = |what: &str| format!("bad value for '{key}': '{value}': {what}");
             match key {
                 "server" => {
+                    o.server_given = true;
                     o.servers = if value == "local" {
                         Vec::new()
                     } else {
