@@ -575,6 +575,16 @@ fn per_run(runs: &[(usize, usize)]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// What one eviction batch achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Evicted {
+    Pages(usize),
+    /// Nothing evictable: every resident page is in flight elsewhere.
+    NoVictim,
+    /// An unread event is changing the mm: read events first.
+    Again,
+}
+
 /// `spans` less the range `[lo, hi)`.
 fn subtract(spans: &[Span], lo: usize, hi: usize) -> Vec<Span> {
     let mut out = Vec::new();
@@ -669,22 +679,35 @@ impl Shared {
     }
 
     /// Reserves room for `n` more resident pages, evicting while over budget.
-    fn reserve(&self, n: usize) {
+    /// `false`: no room could be made because an unread event is changing the mm; the
+    /// reservation is withdrawn and the fault must be retried after reading events.
+    fn reserve(&self, n: usize) -> bool {
         self.resident.fetch_add(n, Ordering::SeqCst);
-        self.trim();
+        if self.trim() {
+            true
+        } else {
+            self.resident.fetch_sub(n, Ordering::SeqCst);
+            false
+        }
     }
 
-    fn trim(&self) {
+    /// Evicts until the budget holds. `false` if eviction must wait for events to be read.
+    fn trim(&self) -> bool {
         while self.resident.load(Ordering::SeqCst) > self.config.budget_pages {
-            if self.evict_batch() == 0 {
-                // Everything resident is in flight in other handlers: tolerate the overrun
-                // rather than spin (counted, and bounded by handlers x batch).
-                self.counters
-                    .budget_overruns
-                    .fetch_add(1, Ordering::Relaxed);
-                break;
+            match self.evict_batch() {
+                Evicted::Pages(_) => {}
+                Evicted::Again => return false,
+                Evicted::NoVictim => {
+                    // Everything resident is in flight in other handlers: tolerate the
+                    // overrun rather than spin (counted, and bounded by handlers x batch).
+                    self.counters
+                        .budget_overruns
+                        .fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
             }
         }
+        true
     }
 
     fn note_resident(&self) {
@@ -692,8 +715,8 @@ impl Shared {
         self.peak_resident.fetch_max(r, Ordering::Relaxed);
     }
 
-    /// Picks up to one batch of victims and evicts them; returns how many were evicted.
-    fn evict_batch(&self) -> usize {
+    /// Picks up to one batch of victims and evicts them.
+    fn evict_batch(&self) -> Evicted {
         // Evict a whole batch even when one page would do: the write-back, the write-protect
         // and the discard are then paid once per batch, and the next faults find room.
         let want = self.config.evict_batch.max(1);
@@ -725,7 +748,7 @@ impl Shared {
             }
         }
         if victims.is_empty() {
-            return 0;
+            return Evicted::NoVictim;
         }
         victims.sort_unstable();
 
@@ -747,7 +770,7 @@ impl Shared {
                         self.state[p].store(st, Ordering::SeqCst);
                         q.push_back(p as u32);
                     }
-                    return 0;
+                    return Evicted::Again;
                 }
                 Err(e) => self.die(&format!("cannot write-protect heap pages at {s:#x}: {e}")),
             }
@@ -827,7 +850,7 @@ impl Shared {
             self.state[p].store(ns, Ordering::SeqCst);
         }
         self.resident.fetch_sub(victims.len(), Ordering::SeqCst);
-        victims.len()
+        Evicted::Pages(victims.len())
     }
 
     /// Copies the given resident pages out with process_vm_readv on ourselves, so that a page
@@ -1162,7 +1185,13 @@ impl Handler {
                 } else {
                     Vec::new()
                 };
-                self.s.reserve(1 + ahead.len());
+                if !self.s.reserve(1 + ahead.len()) {
+                    self.s.state[p].store(s, Ordering::SeqCst);
+                    for &q in &ahead {
+                        self.s.state[q].store(UNTOUCHED, Ordering::SeqCst);
+                    }
+                    return self.retry.push(ev);
+                }
                 let (src, kind) = if s == UNTOUCHED {
                     (ZERO_PAGE.0.as_ptr(), FaultKind::Zero)
                 } else {
