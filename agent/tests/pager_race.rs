@@ -221,30 +221,34 @@ fn read_only_pages_are_dropped_clean_and_zero_pages_cost_no_store_space() {
     assert!(store.len() <= 32, "store holds {} pages", store.len());
 }
 
-#[test]
-fn a_broken_store_stops_the_process_with_the_page_and_server_named() {
-    // Runs itself in a child process: the pager must exit rather than serve wrong bytes.
+/// A store whose reads fail as `on_read` says; writes and frees succeed.
+struct FailingReads {
+    name: &'static str,
+    on_read: fn(&'static str) -> Result<(), swap_backend::StoreError>,
+}
+
+impl PageStore for FailingReads {
+    fn read_pages(&self, _: &[u64], _: &mut [u8]) -> Result<(), swap_backend::StoreError> {
+        (self.on_read)(self.name)
+    }
+    fn write_pages(&self, _: &[u64], _: &[u8]) -> Result<(), swap_backend::StoreError> {
+        Ok(())
+    }
+    fn free_pages(&self, _: &[u64]) -> Result<(), swap_backend::StoreError> {
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        self.name.into()
+    }
+}
+
+/// Runs test `test` again in a child process, where 32 written pages are evicted at a 4-page
+/// budget and read back through `store`: the pager must stop the child rather than serve
+/// wrong bytes (or hang). Returns the child's stderr.
+fn refetch_in_child(test: &str, store: FailingReads) -> String {
     if std::env::var("PAGER_CHILD").is_ok() {
-        struct Broken;
-        impl PageStore for Broken {
-            fn read_pages(&self, _: &[u64], _: &mut [u8]) -> Result<(), swap_backend::StoreError> {
-                Err(swap_backend::StoreError::Io {
-                    store: "tcp://10.9.9.9:7070".into(),
-                    error: std::io::ErrorKind::ConnectionReset.into(),
-                })
-            }
-            fn write_pages(&self, _: &[u64], _: &[u8]) -> Result<(), swap_backend::StoreError> {
-                Ok(())
-            }
-            fn free_pages(&self, _: &[u64]) -> Result<(), swap_backend::StoreError> {
-                Ok(())
-            }
-            fn describe(&self) -> String {
-                "tcp://10.9.9.9:7070".into()
-            }
-        }
         let region = Region::new(32);
-        let _pager = start(&region, 4, 1, Box::new(Broken));
+        let _pager = start(&region, 4, 1, Box::new(store));
         for p in 0..32 {
             // SAFETY: inside the region.
             unsafe { *((region.base + p * PAGE_SIZE) as *mut u8) = 7 };
@@ -257,18 +261,31 @@ fn a_broken_store_stops_the_process_with_the_page_and_server_named() {
         std::process::exit(0);
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_broken_store_stops_the_process_with_the_page_and_server_named",
-            "--nocapture",
-        ])
+        .args(["--exact", test, "--nocapture"])
         .env("PAGER_CHILD", "1")
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         !out.status.success(),
         "child must not succeed; stderr: {err}"
+    );
+    err
+}
+
+#[test]
+fn a_broken_store_stops_the_process_with_the_page_and_server_named() {
+    let err = refetch_in_child(
+        "a_broken_store_stops_the_process_with_the_page_and_server_named",
+        FailingReads {
+            name: "tcp://10.9.9.9:7070",
+            on_read: |name| {
+                Err(swap_backend::StoreError::Io {
+                    store: name.into(),
+                    error: std::io::ErrorKind::ConnectionReset.into(),
+                })
+            },
+        },
     );
     assert!(err.contains("cannot fetch heap page"), "{err}");
     assert!(err.contains("tcp://10.9.9.9:7070"), "{err}");
@@ -276,45 +293,12 @@ fn a_broken_store_stops_the_process_with_the_page_and_server_named() {
 
 #[test]
 fn a_panicking_handler_stops_the_process_instead_of_hanging_it() {
-    if std::env::var("PAGER_PANIC_CHILD").is_ok() {
-        struct Panics;
-        impl PageStore for Panics {
-            fn read_pages(&self, _: &[u64], _: &mut [u8]) -> Result<(), swap_backend::StoreError> {
-                panic!("store bug")
-            }
-            fn write_pages(&self, _: &[u64], _: &[u8]) -> Result<(), swap_backend::StoreError> {
-                Ok(())
-            }
-            fn free_pages(&self, _: &[u64]) -> Result<(), swap_backend::StoreError> {
-                Ok(())
-            }
-            fn describe(&self) -> String {
-                "panics".into()
-            }
-        }
-        let region = Region::new(32);
-        let _pager = start(&region, 4, 1, Box::new(Panics));
-        for p in 0..32 {
-            // SAFETY: inside the region.
-            unsafe { *((region.base + p * PAGE_SIZE) as *mut u8) = 7 };
-        }
-        // SAFETY: inside the region; page 0 was evicted, so this fetches (and panics).
-        let _ = unsafe { std::ptr::read_volatile(region.base as *const u8) };
-        std::process::exit(0);
-    }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_panicking_handler_stops_the_process_instead_of_hanging_it",
-            "--nocapture",
-        ])
-        .env("PAGER_PANIC_CHILD", "1")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "child must not succeed; stderr: {err}"
+    let err = refetch_in_child(
+        "a_panicking_handler_stops_the_process_instead_of_hanging_it",
+        FailingReads {
+            name: "panics",
+            on_read: |_| panic!("store bug"),
+        },
     );
     assert!(err.contains("fault handler 0 crashed: store bug"), "{err}");
 }
