@@ -15,6 +15,8 @@ pub mod heap;
 pub mod jvmti;
 pub mod options;
 pub mod pager;
+pub mod policy;
+pub mod prefetch;
 pub mod stats;
 pub mod threads;
 pub mod uffd;
@@ -145,6 +147,23 @@ fn load(options_str: &str) -> Result<(), String> {
         .map_err(|_| "the agent is loaded twice; give -agentpath once".to_string())
 }
 
+/// The pager's policy for the options given (`Off` never reaches the pager).
+fn policy_for(o: &Options) -> std::sync::Arc<dyn policy::PagingPolicy> {
+    let prefetch = o.prefetch > 0;
+    match o.policy {
+        Policy::MemLiner => std::sync::Arc::new(policy::MemLiner {
+            prefetch,
+            adaptive_dirty: o.adaptive_dirty.then(policy::WriteRatio::default),
+            scope: if o.streams_per_thread {
+                policy::StreamScope::Thread
+            } else {
+                policy::StreamScope::Class
+            },
+        }),
+        Policy::Baseline | Policy::Off => std::sync::Arc::new(policy::Baseline { prefetch }),
+    }
+}
+
 /// Finds the heap and starts paging it (VMInit).
 fn start_paging(rt: &Runtime) -> Result<(), String> {
     let found = heap::discover()?;
@@ -174,6 +193,8 @@ fn start_paging(rt: &Runtime) -> Result<(), String> {
             budget_pages: budget,
             handlers: rt.options.handlers,
             track_dirty: rt.options.track_dirty,
+            policy: policy_for(&rt.options),
+            prefetch_depth: rt.options.prefetch,
             ..PagerConfig::default()
         },
         store,

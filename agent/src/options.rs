@@ -7,12 +7,14 @@
 //! |------------|-----------------------------------------|---------|
 //! | `server`   | `HOST:PORT`, several joined by `+` (pages striped over them), or `local` (in-process store, for tests) | `local` |
 //! | `local`    | local budget: percent of the heap (`25%`) or a size (`512m`, `2g`) | `100%` |
-//! | `policy`   | `off` (agent loaded, heap not paged) or `baseline` | `baseline` |
+//! | `policy`   | `memliner` (GC-aware), `baseline` (like kernel swap) or `off` (agent loaded, heap not paged) | `memliner` |
+//! | `prefetch` | largest prefetch window in pages, 0 turns prefetching off | `32` |
+//! | `streams`  | `thread` or `class`: prefetch streams per thread or per thread class (`memliner` only) | `thread` |
 //! | `stats`    | file to write the stats JSON to at VM death (and on SIGQUIT) | none |
 //! | `log`      | `error`, `warn`, `info`, `debug`          | `warn` |
 //! | `handlers` | fault-handler threads, 1..=16             | `1` |
 //! | `token`    | shared secret of the memory server        | none |
-//! | `dirty`    | `track` (write-protect pages mapped on a read; clean pages are dropped without a write-back) or `assume` (no write faults; every evicted page is written back) | `track` |
+//! | `dirty`    | `track` (write-protect pages mapped on a read; clean pages are dropped without a write-back), `auto` (track per thread class while it pays: see `policy::WriteRatio`; `memliner` only, `baseline` treats it as `track`) or `assume` (no write faults; every evicted page is written back) | `auto` |
 //!
 //! An unknown key or a bad value is an error that names the key and the valid choices.
 
@@ -25,6 +27,8 @@ pub enum Policy {
     Off,
     /// Runtime-agnostic paging, like kernel swap.
     Baseline,
+    /// GC-aware paging (see `policy::MemLiner`).
+    MemLiner,
 }
 
 impl Policy {
@@ -32,6 +36,7 @@ impl Policy {
         match self {
             Policy::Off => "off",
             Policy::Baseline => "baseline",
+            Policy::MemLiner => "memliner",
         }
     }
 }
@@ -78,6 +83,12 @@ pub struct Options {
     pub token: String,
     /// Track which pages were written (see `PagerConfig::track_dirty`).
     pub track_dirty: bool,
+    /// Under `memliner`, decide per thread class whether tracking pays (`dirty=auto`).
+    pub adaptive_dirty: bool,
+    /// Largest prefetch window in pages (0: off).
+    pub prefetch: usize,
+    /// Stream per thread (true) or per class.
+    pub streams_per_thread: bool,
 }
 
 impl Default for Options {
@@ -86,17 +97,20 @@ impl Default for Options {
             servers: Vec::new(),
             server_given: false,
             budget: Budget::Percent(100.0),
-            policy: Policy::Baseline,
+            policy: Policy::MemLiner,
             stats: None,
             log: LogLevel::Warn,
             handlers: 1,
             token: String::new(),
             track_dirty: true,
+            adaptive_dirty: true,
+            prefetch: 32,
+            streams_per_thread: true,
         }
     }
 }
 
-const KEYS: &str = "server, local, policy, stats, log, handlers, token, dirty";
+const KEYS: &str = "server, local, policy, prefetch, streams, stats, log, handlers, token, dirty";
 
 /// Parses `env` (from `MEMLINER_OPTIONS`, may be empty) then `agent` (the -agentpath string).
 pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
@@ -149,7 +163,22 @@ pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
                     o.policy = match value {
                         "off" => Policy::Off,
                         "baseline" => Policy::Baseline,
-                        _ => return Err(bad("expected one of off, baseline")),
+                        "memliner" => Policy::MemLiner,
+                        _ => return Err(bad("expected one of memliner, baseline, off")),
+                    }
+                }
+                "prefetch" => {
+                    o.prefetch = value
+                        .parse()
+                        .ok()
+                        .filter(|n| *n <= 256)
+                        .ok_or_else(|| bad("expected a window in pages from 0 (off) to 256"))?
+                }
+                "streams" => {
+                    o.streams_per_thread = match value {
+                        "thread" => true,
+                        "class" => false,
+                        _ => return Err(bad("expected one of thread, class")),
                     }
                 }
                 "stats" => {
@@ -176,10 +205,11 @@ pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
                 }
                 "token" => o.token = value.to_string(),
                 "dirty" => {
-                    o.track_dirty = match value {
-                        "track" => true,
-                        "assume" => false,
-                        _ => return Err(bad("expected one of track, assume")),
+                    (o.track_dirty, o.adaptive_dirty) = match value {
+                        "auto" => (true, true),
+                        "track" => (true, false),
+                        "assume" => (false, false),
+                        _ => return Err(bad("expected one of auto, track, assume")),
                     }
                 }
                 _ => return Err(format!("unknown option '{key}' (valid keys: {KEYS})")),
@@ -207,6 +237,12 @@ mod tests {
         assert_eq!(o.log, LogLevel::Debug);
         assert_eq!(o.handlers, 2);
         assert_eq!(o.token, "t");
+        assert_eq!(o.policy, Policy::Baseline);
+        let o = parse("", "policy=memliner,prefetch=0,streams=class").unwrap();
+        assert_eq!(
+            (o.policy, o.prefetch, o.streams_per_thread),
+            (Policy::MemLiner, 0, false)
+        );
     }
 
     #[test]
@@ -238,7 +274,13 @@ mod tests {
         assert!(parse("", "local=0%").unwrap_err().contains("above 0%"));
         assert!(parse("", "local=150%").is_err());
         let e = parse("", "policy=fast").unwrap_err();
-        assert!(e.contains("off, baseline"), "{e}");
+        assert!(e.contains("memliner, baseline, off"), "{e}");
+        assert!(parse("", "prefetch=1000")
+            .unwrap_err()
+            .contains("0 (off) to 256"));
+        assert!(parse("", "streams=stack")
+            .unwrap_err()
+            .contains("thread, class"));
         assert!(parse("", "server=nohost")
             .unwrap_err()
             .contains("HOST:PORT"));

@@ -71,7 +71,7 @@ pub fn document(
     wall: std::time::Duration,
 ) -> Value {
     let mut faults = serde_json::Map::new();
-    let mut totals = [0u64; 4];
+    let mut totals = [0u64; 5];
     let mut gc_remote = 0u64;
     let mut gc_total = 0u64;
     if let Some(p) = pager {
@@ -97,7 +97,10 @@ pub fn document(
         }
     }
     let remote = totals[FaultKind::Remote as usize];
-    let all = totals[FaultKind::Zero as usize] + remote + totals[FaultKind::Write as usize];
+    let all = totals[FaultKind::Zero as usize]
+        + remote
+        + totals[FaultKind::Write as usize]
+        + totals[FaultKind::Hit as usize];
     let share = |num: u64, den: u64| {
         if den == 0 {
             Value::Null
@@ -119,6 +122,7 @@ pub fn document(
             "discard": if p.uses_process_madvise() { "process_madvise" } else { "madvise" },
             "remote": {
                 "pages_read": ld(&c.pages_read),
+                "pages_prefetched": ld(&c.pages_prefetched),
                 "pages_written": ld(&c.pages_written),
                 "pages_freed": ld(&c.pages_freed_remote),
             },
@@ -130,6 +134,9 @@ pub fn document(
             "zero_filled_ahead": ld(&c.zero_filled_ahead),
             "unmap_events": ld(&c.unmap_events),
             "budget_overruns": ld(&c.budget_overruns),
+            "cold": { "evicted": ld(&c.evicted_cold), "promoted": ld(&c.promoted) },
+            "concurrent_cycles": ld(&c.concurrent_cycles),
+            "app_faults_in_concurrent_cycle": ld(&c.app_faults_in_concurrent_cycle),
             "latency": { "all": percentiles(&l.all), "remote": percentiles(&l.remote) },
         })
     });
@@ -152,11 +159,57 @@ pub fn document(
             "remote": remote,
             "write": totals[FaultKind::Write as usize],
             "stale": totals[FaultKind::Stale as usize],
+            "prefetch_hit": totals[FaultKind::Hit as usize],
             "gc_share_of_remote": share(gc_remote, remote),
             "gc_share_of_all": share(gc_total, all),
         },
-        // The prefetch engine comes with the GC-aware policy; counted here from then on.
-        "prefetch": { "issued": 0, "used": 0, "accuracy": null, "coverage": null },
+        "prefetch": pager.and_then(prefetch_json),
         "gc": gc.to_json(),
+    })
+}
+
+/// Prefetch counters by stream class, with accuracy and coverage; also for all classes.
+fn prefetch_json(p: &Pager) -> Option<Value> {
+    let pc = p.prefetch_counters()?;
+    let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let mut by_class = serde_json::Map::new();
+    let sum = crate::prefetch::ClassCounters::default();
+    let mut demand_all = 0;
+    for class in ThreadClass::ALL {
+        let c = &pc.by_class[class as usize];
+        let demand = ld(&p.counters().faults[class as usize][FaultKind::Remote as usize]);
+        demand_all += demand;
+        for (to, from) in [
+            (&sum.windows, &c.windows),
+            (&sum.pages, &c.pages),
+            (&sum.marker_hits, &c.marker_hits),
+            (&sum.marker_misses, &c.marker_misses),
+            (&sum.hit_pages, &c.hit_pages),
+            (&sum.dropped, &c.dropped),
+        ] {
+            to.fetch_add(ld(from), Ordering::Relaxed);
+        }
+        by_class.insert(class.name().into(), class_json(c, demand));
+    }
+    Some(json!({
+        "policy": p.policy_name(),
+        "all": class_json(&sum, demand_all),
+        "by_class": Value::Object(by_class),
+    }))
+}
+
+fn class_json(c: &crate::prefetch::ClassCounters, demand: u64) -> Value {
+    let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let e = c.effect(demand);
+    json!({
+        "windows": ld(&c.windows),
+        "pages": e.prefetched,
+        "marker_hits": ld(&c.marker_hits),
+        "marker_misses": ld(&c.marker_misses),
+        "hit_pages": e.hits,
+        "dropped_windows": ld(&c.dropped),
+        "demand_faults": demand,
+        "accuracy": e.accuracy,
+        "coverage": e.coverage,
     })
 }

@@ -77,6 +77,7 @@ fn start_with(
             fill_ahead: 3,
             evict_batch: 8,
             track_dirty,
+            ..PagerConfig::default()
         },
         store,
         Box::new(AllApp),

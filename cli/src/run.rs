@@ -20,8 +20,12 @@ pub struct RunConfig {
     pub log: Option<String>,
     pub handlers: Option<usize>,
     pub token: Option<String>,
-    /// `dirty=` value: `track` or `assume`.
+    /// `dirty=` value: `auto`, `track` or `assume`.
     pub dirty: Option<String>,
+    /// `prefetch=` value: largest window in pages, 0 = off.
+    pub prefetch: Option<usize>,
+    /// `streams=` value: `thread` or `class`.
+    pub streams: Option<String>,
 }
 
 impl Default for RunConfig {
@@ -30,12 +34,14 @@ impl Default for RunConfig {
             agent: true,
             local: "100%".into(),
             server: None,
-            policy: "baseline".into(),
+            policy: "memliner".into(),
             stats: None,
             log: None,
             handlers: None,
             token: None,
             dirty: None,
+            prefetch: None,
+            streams: None,
         }
     }
 }
@@ -90,6 +96,12 @@ pub fn agent_arg(
     }
     if let Some(d) = &cfg.dirty {
         opts.push(format!("dirty={d}"));
+    }
+    if let Some(p) = cfg.prefetch {
+        opts.push(format!("prefetch={p}"));
+    }
+    if let Some(s) = &cfg.streams {
+        opts.push(format!("streams={s}"));
     }
     format!("-agentpath:{}={}", agent.display(), opts.join(","))
 }

@@ -109,11 +109,13 @@ fn cell(w: Workload, gc: &str, local: u32) {
 
 fn cell_with(w: Workload, gc: &str, local: u32, base: RunConfig) {
     let what = format!(
-        "{} {gc} {local}% {:?} {:?}",
+        "{} {gc} {local}% {} {:?} {:?}",
         w.name(),
+        base.policy,
         base.handlers,
         base.dirty
     );
+    let policy = base.policy.clone();
     let cfg = RunConfig {
         local: format!("{local}%"),
         ..base
@@ -161,9 +163,9 @@ fn cell_with(w: Workload, gc: &str, local: u32, base: RunConfig) {
         .sum();
     assert_eq!(by_class, u(faults, &["total"]), "{what}: class totals");
     assert_eq!(
-        u(faults, &["remote"]),
+        u(faults, &["remote"]) + u(pager, &["remote", "pages_prefetched"]),
         u(pager, &["remote", "pages_read"]),
-        "{what}"
+        "{what}: pages read = demand faults + prefetched pages"
     );
     assert!(
         u(faults, &["by_class", "application", "total"]) > 0,
@@ -186,6 +188,33 @@ fn cell_with(w: Workload, gc: &str, local: u32, base: RunConfig) {
         );
         assert!(u(pager, &["remote", "pages_written"]) > 0, "{what}");
     }
+    assert_eq!(s["policy"], policy.as_str(), "{what}");
+    // Prefetching: every window maps at least its marker; each marker resolves once at most.
+    let pf = &s["prefetch"]["all"];
+    assert!(u(pf, &["pages"]) >= u(pf, &["windows"]), "{what}: {pf}");
+    assert!(
+        u(pf, &["marker_hits"]) + u(pf, &["marker_misses"]) <= u(pf, &["windows"]),
+        "{what}: {pf}"
+    );
+    assert_eq!(
+        u(pf, &["marker_hits"]),
+        u(faults, &["prefetch_hit"]),
+        "{what}: a marker hit is a prefetch-hit fault"
+    );
+    let gc_remote = u(faults, &["by_class", "gc", "remote"])
+        + u(faults, &["by_class", "gc-concurrent", "remote"]);
+    let cold = u(pager, &["cold", "evicted"]);
+    if policy == "baseline" {
+        assert_eq!(cold, 0, "{what}: baseline has no cold queue");
+    } else if local < 100 && gc_remote > 1000 {
+        assert!(
+            cold > 0,
+            "{what}: GC read {gc_remote} remote pages, none went cold"
+        );
+    }
+    if local < 100 {
+        assert!(u(pf, &["windows"]) > 0, "{what}: nothing prefetched: {pf}");
+    }
     assert!(!summary::lines(s).is_empty());
 }
 
@@ -193,6 +222,34 @@ macro_rules! matrix {
     ($($name:ident: $w:expr, $gc:expr, $local:expr;)*) => {
         $( #[test] fn $name() { cell($w, $gc, $local) } )*
     };
+}
+
+/// The same cell under `policy=baseline` (the default is memliner).
+fn baseline_cell(w: Workload, gc: &str, local: u32) {
+    cell_with(
+        w,
+        gc,
+        local,
+        RunConfig {
+            policy: "baseline".into(),
+            ..RunConfig::default()
+        },
+    )
+}
+
+macro_rules! baseline_matrix {
+    ($($name:ident: $w:expr, $gc:expr, $local:expr;)*) => {
+        $( #[test] fn $name() { baseline_cell($w, $gc, $local) } )*
+    };
+}
+
+baseline_matrix! {
+    graph_g1_25_baseline: Workload::Graph, "G1", 25;
+    graph_parallel_25_baseline: Workload::Graph, "Parallel", 25;
+    graph_shenandoah_25_baseline: Workload::Graph, "Shenandoah", 25;
+    kv_g1_25_baseline: Workload::Kv, "G1", 25;
+    kv_parallel_25_baseline: Workload::Kv, "Parallel", 25;
+    kv_shenandoah_25_baseline: Workload::Kv, "Shenandoah", 25;
 }
 
 matrix! {
@@ -379,7 +436,7 @@ fn bad_agent_options_fail_with_one_clear_line() {
     for (opts, expect) in [
         ("locall=25%", "unknown option 'locall'"),
         ("local=lots", "bad value for 'local': 'lots'"),
-        ("policy=fast", "expected one of off, baseline"),
+        ("policy=fast", "expected one of memliner, baseline, off"),
         ("server=nohost", "HOST:PORT"),
     ] {
         let out = java_with_agent(opts);

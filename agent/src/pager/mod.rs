@@ -29,6 +29,15 @@
 //! Each fault claims its page with a compare-and-swap to `Busy`; a handler that finds a page
 //! `Busy` (another handler is fetching or evicting it) retries that fault after its batch.
 //!
+//! # Prefetching and admission
+//! A remote fault trains the stream the policy names (see `policy` and `prefetch`); the
+//! window it asks for is fetched by worker threads (`prefetch_io`), which claim pages
+//! `Remote -> Busy`, read them in one batch, map all but one and keep the middle one
+//! unmapped as the window's marker (`Cached`): a fault on it is served locally and is how a
+//! prefetch hit is seen. Resident pages wait for eviction in two queues: `cold` (evicted
+//! first, no second chance; the policy puts GC-read pages there) and `hot` (FIFO with second
+//! chance, the chance given by a fault on the page).
+//!
 //! # Rules the handler keeps
 //! It never touches a page that is not resident (it would wait on itself), runs with every
 //! signal blocked, and stops the process with a fatal message rather than map wrong bytes.
@@ -41,8 +50,19 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use swap_backend::{PageStore, PAGE_SIZE};
 
+use crate::policy::{Admission, PagingPolicy, Source};
 use crate::uffd::{self, CopyOutcome, Event, Uffd};
 
+mod prefetch_io;
+
+/// Resident pages waiting for eviction.
+#[derive(Debug, Default)]
+struct Queues {
+    /// Evicted first, in arrival order.
+    cold: VecDeque<u32>,
+    /// FIFO with second chance.
+    hot: VecDeque<u32>,
+}
 /// How long a handler polls for the next fault before it sleeps.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
@@ -52,6 +72,8 @@ const CLEAN_ZERO: u8 = 2;
 const CLEAN: u8 = 3;
 const DIRTY: u8 = 4;
 const BUSY: u8 = 5;
+/// Remote, with a current copy kept locally as a prefetch marker (see `prefetch_io`).
+const CACHED: u8 = 6;
 
 fn is_resident(s: u8) -> bool {
     matches!(s, CLEAN_ZERO | CLEAN | DIRTY)
@@ -131,13 +153,16 @@ pub enum FaultKind {
     Write = 2,
     /// A duplicate or stale message: the page was already there.
     Stale = 3,
+    /// Served from a prefetched marker page: no network.
+    Hit = 4,
 }
 
-pub const FAULT_KINDS: [FaultKind; 4] = [
+pub const FAULT_KINDS: [FaultKind; 5] = [
     FaultKind::Zero,
     FaultKind::Remote,
     FaultKind::Write,
     FaultKind::Stale,
+    FaultKind::Hit,
 ];
 
 impl FaultKind {
@@ -147,6 +172,7 @@ impl FaultKind {
             FaultKind::Remote => "remote",
             FaultKind::Write => "write",
             FaultKind::Stale => "stale",
+            FaultKind::Hit => "prefetch_hit",
         }
     }
 }
@@ -155,8 +181,10 @@ impl FaultKind {
 #[derive(Debug, Default)]
 pub struct PagerCounters {
     /// faults[class][kind]
-    pub faults: [[AtomicU64; 4]; 6],
+    pub faults: [[AtomicU64; 5]; 6],
     pub pages_read: AtomicU64,
+    /// Of `pages_read`, pages read by prefetch workers.
+    pub pages_prefetched: AtomicU64,
     pub pages_written: AtomicU64,
     pub pages_freed_remote: AtomicU64,
     pub evicted_clean: AtomicU64,
@@ -165,7 +193,19 @@ pub struct PagerCounters {
     pub zero_filled_ahead: AtomicU64,
     pub unmap_events: AtomicU64,
     pub budget_overruns: AtomicU64,
+    /// Cold pages made hot by an application touch.
+    pub promoted: AtomicU64,
+    /// Pages evicted from the cold queue.
+    pub evicted_cold: AtomicU64,
+    /// Concurrent GC cycles seen in the concurrent GC threads' fault stream (a gap of more
+    /// than [`CYCLE_GAP`] between their faults starts a new cycle).
+    pub concurrent_cycles: AtomicU64,
+    /// Faults by application threads while a concurrent cycle was active.
+    pub app_faults_in_concurrent_cycle: AtomicU64,
 }
+
+/// Quiet time in the concurrent GC threads' faults that ends a concurrent cycle.
+pub const CYCLE_GAP: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Latency histograms (nanoseconds), handler-side: from reading the fault to mapping the page.
 #[derive(Debug)]
@@ -198,6 +238,12 @@ pub struct PagerConfig {
     /// dropped at eviction without a write-back (one extra fault at its first write). Off:
     /// every evicted page that is not all zeros is written back.
     pub track_dirty: bool,
+    /// Which streams faults train, where pages are admitted, which pages are tracked.
+    pub policy: Arc<dyn PagingPolicy>,
+    /// Largest prefetch window in pages; 0 turns prefetching off.
+    pub prefetch_depth: usize,
+    /// Prefetch worker threads.
+    pub prefetch_workers: usize,
 }
 
 impl Default for PagerConfig {
@@ -208,6 +254,9 @@ impl Default for PagerConfig {
             fill_ahead: 31,
             evict_batch: 64,
             track_dirty: true,
+            policy: Arc::new(crate::policy::Baseline { prefetch: true }),
+            prefetch_depth: 32,
+            prefetch_workers: 1,
         }
     }
 }
@@ -224,16 +273,23 @@ struct Shared {
     residency: Box<[AtomicU8]>,
     /// The store holds a copy of the page (current if the page is Clean or Remote).
     stored: Box<[AtomicBool]>,
-    /// Second-chance bit for the eviction queue.
+    /// Second-chance bit for the hot queue.
     referenced: Box<[AtomicBool]>,
+    /// The page waits in the cold queue (cleared when an application touch promotes it).
+    cold: Box<[AtomicBool]>,
     /// The registered (anonymous) parts of the region.
     spans: Mutex<Vec<Span>>,
     resident: AtomicUsize,
     peak_resident: AtomicUsize,
     config: PagerConfig,
     store: Box<dyn PageStore>,
-    /// Resident pages in the order they came in (FIFO with second chance).
-    queue: Mutex<VecDeque<u32>>,
+    /// Resident pages in the order they came in.
+    queue: Mutex<Queues>,
+    /// Prefetch streams, workers and markers; `None` when prefetching is off.
+    prefetch: Option<prefetch_io::Prefetch>,
+    /// Nanoseconds since `epoch` of the last concurrent GC thread fault.
+    last_concurrent_fault: AtomicU64,
+    epoch: Instant,
     classifier: Box<dyn ThreadClassifier>,
     counters: PagerCounters,
     latencies: Vec<Mutex<Latencies>>,
@@ -301,12 +357,16 @@ impl Pager {
             residency: (0..npages).map(|_| AtomicU8::new(1)).collect(),
             stored: (0..npages).map(|_| AtomicBool::new(false)).collect(),
             referenced: (0..npages).map(|_| AtomicBool::new(false)).collect(),
+            cold: (0..npages).map(|_| AtomicBool::new(false)).collect(),
             spans: Mutex::new(Vec::new()),
             resident: AtomicUsize::new(0),
             peak_resident: AtomicUsize::new(0),
+            prefetch: (config.prefetch_depth > 0).then(|| prefetch_io::Prefetch::new(&config)),
             config,
             store,
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queues::default()),
+            last_concurrent_fault: AtomicU64::new(0),
+            epoch: Instant::now(),
             classifier,
             counters: PagerCounters::default(),
             latencies: (0..handlers)
@@ -340,6 +400,22 @@ impl Pager {
                 },
             )?);
         }
+        if let Some(prefetch) = &shared.prefetch {
+            let mut workers = Vec::new();
+            for i in 0..shared.config.prefetch_workers.max(1) {
+                let s = shared.clone();
+                let t = spawn_blocking_signals(format!("memliner-prefetch{i}"), move || {
+                    let fatal = s.fatal;
+                    let run = std::panic::AssertUnwindSafe(|| s.prefetch_worker());
+                    if std::panic::catch_unwind(run).is_err() {
+                        fatal(&format!("prefetch worker {i} crashed"));
+                    }
+                })?;
+                workers.push(t.thread().clone());
+                threads.push(t);
+            }
+            prefetch.set_workers(workers);
+        }
         let pager = Pager { shared, threads };
         for span in spans {
             pager.shared.register_and_adopt(span.start, span.end)?;
@@ -371,6 +447,15 @@ impl Pager {
 
     pub fn counters(&self) -> &PagerCounters {
         &self.shared.counters
+    }
+
+    /// Prefetch counters, when prefetching is on.
+    pub fn prefetch_counters(&self) -> Option<&crate::prefetch::PrefetchCounters> {
+        self.shared.prefetch.as_ref().map(|p| &p.counters)
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.shared.config.policy.name()
     }
 
     /// The residency map: `npages` bytes, 0 = resident. Valid while the pager lives.
@@ -418,6 +503,9 @@ impl Drop for Pager {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.kick();
+        if let Some(p) = &self.shared.prefetch {
+            p.wake_workers();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -569,7 +657,12 @@ fn per_run(runs: &[(usize, usize)]) -> std::io::Result<()> {
         // SAFETY: the run covers Busy pages of the registered region that the pager has
         // written back (or whose stored copy is current); their content may be discarded.
         if unsafe { libc::madvise(s as *mut _, l, libc::MADV_DONTNEED) } != 0 {
-            return Err(std::io::Error::last_os_error());
+            let e = std::io::Error::last_os_error();
+            // ENOMEM: part of the run was unmapped under us (the mapped part is discarded
+            // all the same); the UNMAP event, not yet read, resets those pages.
+            if e.raw_os_error() != Some(libc::ENOMEM) {
+                return Err(e);
+            }
         }
     }
     Ok(())
@@ -670,7 +763,7 @@ impl Shared {
             {
                 self.residency[first + i].store(0, Ordering::Release);
                 self.resident.fetch_add(1, Ordering::SeqCst);
-                q.push_back((first + i) as u32);
+                q.hot.push_back((first + i) as u32);
             }
         }
         // No peak update here: pages the JVM touched before registration were not admitted
@@ -710,6 +803,28 @@ impl Shared {
         true
     }
 
+    /// Whether a page read in for `class` is mapped write-protected.
+    fn tracks_dirty(&self, class: ThreadClass) -> bool {
+        let t = self.config.track_dirty && self.config.policy.track_dirty(class);
+        if t {
+            self.config.policy.note_tracked(class);
+        }
+        t
+    }
+
+    /// Queues a page that just became resident for eviction, where the policy said.
+    fn admit(&self, p: usize, admission: Admission, referenced: bool) {
+        let cold = admission == Admission::Cold;
+        self.cold[p].store(cold, Ordering::Relaxed);
+        self.referenced[p].store(referenced && !cold, Ordering::Relaxed);
+        let mut q = self.queue.lock().unwrap();
+        if cold {
+            q.cold.push_back(p as u32);
+        } else {
+            q.hot.push_back(p as u32);
+        }
+    }
+
     fn note_resident(&self) {
         let r = self.resident.load(Ordering::SeqCst);
         self.peak_resident.fetch_max(r, Ordering::Relaxed);
@@ -723,10 +838,35 @@ impl Shared {
         let mut victims: Vec<(usize, u8)> = Vec::with_capacity(want);
         {
             let mut q = self.queue.lock().unwrap();
+            // Cold pages first, in arrival order, without a second chance.
             let mut looked = 0;
-            let limit = q.len() * 2 + 1;
+            let limit = q.cold.len();
             while victims.len() < want && looked < limit {
-                let Some(p) = q.pop_front() else { break };
+                let Some(p) = q.cold.pop_front() else { break };
+                looked += 1;
+                let p = p as usize;
+                let s = self.state[p].load(Ordering::SeqCst);
+                if !is_resident(s) {
+                    continue; // stale entry
+                }
+                if !self.cold[p].load(Ordering::Relaxed) {
+                    q.hot.push_back(p as u32); // promoted
+                    continue;
+                }
+                if self.state[p]
+                    .compare_exchange(s, BUSY, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    self.counters.evicted_cold.fetch_add(1, Ordering::Relaxed);
+                    victims.push((p, s));
+                } else {
+                    q.cold.push_back(p as u32);
+                }
+            }
+            let mut looked = 0;
+            let limit = q.hot.len() * 2 + 1;
+            while victims.len() < want && looked < limit {
+                let Some(p) = q.hot.pop_front() else { break };
                 looked += 1;
                 let p = p as usize;
                 let s = self.state[p].load(Ordering::SeqCst);
@@ -734,7 +874,7 @@ impl Shared {
                     continue; // stale entry
                 }
                 if self.referenced[p].swap(false, Ordering::Relaxed) {
-                    q.push_back(p as u32);
+                    q.hot.push_back(p as u32);
                     continue;
                 }
                 if self.state[p]
@@ -743,7 +883,7 @@ impl Shared {
                 {
                     victims.push((p, s));
                 } else {
-                    q.push_back(p as u32);
+                    q.hot.push_back(p as u32);
                 }
             }
         }
@@ -768,7 +908,11 @@ impl Shared {
                     let mut q = self.queue.lock().unwrap();
                     for &(p, st) in &victims {
                         self.state[p].store(st, Ordering::SeqCst);
-                        q.push_back(p as u32);
+                        if self.cold[p].load(Ordering::Relaxed) {
+                            q.cold.push_back(p as u32);
+                        } else {
+                            q.hot.push_back(p as u32);
+                        }
                     }
                     return Evicted::Again;
                 }
@@ -927,6 +1071,10 @@ impl Shared {
             if is_resident(s) {
                 self.resident.fetch_sub(1, Ordering::SeqCst);
             }
+            if s == CACHED {
+                self.drop_marker_data(p);
+                self.resident.fetch_sub(1, Ordering::SeqCst);
+            }
             self.residency[p].store(1, Ordering::Release);
             if self.stored[p].swap(false, Ordering::Relaxed) {
                 to_free.push(p as u64);
@@ -1073,6 +1221,32 @@ impl Handler {
         }
     }
 
+    /// Follows concurrent GC cycles through the concurrent GC threads' own faults.
+    fn note_phase(&self, class: ThreadClass) {
+        let now = self.s.epoch.elapsed().as_nanos() as u64;
+        match class {
+            ThreadClass::GcConcurrent => {
+                let last = self.s.last_concurrent_fault.swap(now, Ordering::Relaxed);
+                if last == 0 || now.saturating_sub(last) > CYCLE_GAP.as_nanos() as u64 {
+                    self.s
+                        .counters
+                        .concurrent_cycles
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            ThreadClass::Application => {
+                let last = self.s.last_concurrent_fault.load(Ordering::Relaxed);
+                if last != 0 && now.saturating_sub(last) <= CYCLE_GAP.as_nanos() as u64 {
+                    self.s
+                        .counters
+                        .app_faults_in_concurrent_cycle
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn count(&self, class: ThreadClass, kind: FaultKind) {
         self.s.counters.faults[class as usize][kind as usize].fetch_add(1, Ordering::Relaxed);
     }
@@ -1118,10 +1292,11 @@ impl Handler {
                 }
                 let p = (addr - self.s.base) / PAGE_SIZE;
                 let class = self.class_of(tid);
+                self.note_phase(class);
                 if wp {
                     self.write_fault(ev, p, class);
                 } else {
-                    self.missing_fault(ev, p, write, class, started);
+                    self.missing_fault(ev, p, write, tid, class, started);
                 }
             }
             Event::Unmap { start, end } => {
@@ -1168,11 +1343,13 @@ impl Handler {
         ev: Event,
         p: usize,
         write: bool,
+        tid: u32,
         class: ThreadClass,
         started: Instant,
     ) {
         let s = self.s.state[p].load(Ordering::SeqCst);
         match s {
+            CACHED => self.marker_fault(ev, p, write, tid, class, started),
             UNTOUCHED | REMOTE => {
                 if self.s.state[p]
                     .compare_exchange(s, BUSY, Ordering::SeqCst, Ordering::SeqCst)
@@ -1212,7 +1389,7 @@ impl Handler {
                     && self.install_run(p, 1 + ahead.len()) == CopyOutcome::Copied;
                 // Map write-protected after a read so that the first write is seen, unless
                 // dirtiness is not tracked (then every page counts as written).
-                let protect = !write && self.s.config.track_dirty;
+                let protect = !write && self.s.tracks_dirty(class);
                 let outcome = if run_ok {
                     CopyOutcome::Copied
                 } else {
@@ -1228,6 +1405,12 @@ impl Handler {
                     self.s.resident.fetch_sub(1 + ahead.len(), Ordering::SeqCst);
                     return self.retry.push(ev);
                 }
+                let source = if s == UNTOUCHED {
+                    Source::ZeroFill
+                } else {
+                    Source::Demand
+                };
+                let admission = self.s.config.policy.admission(class, source);
                 self.finish_install(
                     p,
                     outcome,
@@ -1238,6 +1421,7 @@ impl Handler {
                     } else {
                         CLEAN
                     },
+                    admission,
                 );
                 for q in ahead {
                     let o = if run_ok {
@@ -1245,11 +1429,16 @@ impl Handler {
                     } else {
                         self.install(q, ZERO_PAGE.0.as_ptr(), false)
                     };
-                    self.finish_install(q, o, DIRTY);
+                    self.finish_install(q, o, DIRTY, admission);
                 }
                 self.s.note_resident();
                 self.count(class, kind);
                 self.record_latency(started, kind == FaultKind::Remote);
+                if kind == FaultKind::Remote {
+                    // Wake the faulting thread before the window is even queued.
+                    self.flush_wakes();
+                    self.s.prefetch_after(tid, class, p, false);
+                }
             }
             CLEAN_ZERO | CLEAN | DIRTY => {
                 // Already mapped (a duplicate message), or discarded by the JVM behind our back
@@ -1302,13 +1491,54 @@ impl Handler {
         out
     }
 
-    fn finish_install(&mut self, p: usize, outcome: CopyOutcome, state: u8) {
+    /// A fault on a prefetched marker: served from the local copy, counted as a hit of its
+    /// window, and the faulting thread's stream asks for the next window.
+    fn marker_fault(
+        &mut self,
+        ev: Event,
+        p: usize,
+        write: bool,
+        tid: u32,
+        class: ThreadClass,
+        started: Instant,
+    ) {
+        if self.s.state[p]
+            .compare_exchange(CACHED, BUSY, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return self.retry.push(ev);
+        }
+        let shared = self.s.clone();
+        let prefetch = shared
+            .prefetch
+            .as_ref()
+            .expect("markers exist only with prefetch");
+        let Some(marker) = prefetch.take_marker(p) else {
+            self.s
+                .die(&format!("prefetch marker for heap page {p} is missing"));
+        };
+        let protect = !write && self.s.tracks_dirty(class);
+        let outcome = self.install(p, marker.data.as_ptr(), protect);
+        if outcome == CopyOutcome::Again {
+            prefetch.put_back_marker(p, marker);
+            self.s.state[p].store(CACHED, Ordering::SeqCst);
+            return self.retry.push(ev);
+        }
+        let admission = self.s.config.policy.admission(class, Source::Demand);
+        self.finish_install(p, outcome, if protect { CLEAN } else { DIRTY }, admission);
+        prefetch.credit_hit(&marker);
+        self.count(class, FaultKind::Hit);
+        self.record_latency(started, false);
+        self.flush_wakes();
+        self.s.prefetch_after(tid, class, p, true);
+    }
+
+    fn finish_install(&mut self, p: usize, outcome: CopyOutcome, state: u8, admission: Admission) {
         match outcome {
             CopyOutcome::Copied | CopyOutcome::Exists => {
                 self.s.residency[p].store(0, Ordering::Release);
                 self.s.state[p].store(state, Ordering::SeqCst);
-                self.s.referenced[p].store(true, Ordering::Relaxed);
-                self.s.queue.lock().unwrap().push_back(p as u32);
+                self.s.admit(p, admission, true);
             }
             _ => {
                 // The range went away under us (unmapped, or `Again` for a fill-ahead page):
@@ -1331,6 +1561,11 @@ impl Handler {
                 {
                     return self.retry.push(ev);
                 }
+                // Promote before the unprotect wakes the writer (harmless if it is retried).
+                if self.s.cold[p].load(Ordering::Relaxed) && self.s.config.policy.promotes(class) {
+                    self.s.cold[p].store(false, Ordering::Relaxed);
+                    self.s.counters.promoted.fetch_add(1, Ordering::Relaxed);
+                }
                 let a = self.s.page_addr(p);
                 match self.s.uffd.write_protect(a, PAGE_SIZE, false, true) {
                     Ok(true) => {}
@@ -1343,6 +1578,9 @@ impl Handler {
                         .die(&format!("cannot unprotect heap page {p} at {a:#x}: {e}")),
                 }
                 self.s.referenced[p].store(true, Ordering::Relaxed);
+                if s != DIRTY {
+                    self.s.config.policy.note_written(class);
+                }
                 self.count(
                     class,
                     if s == DIRTY {

@@ -1,0 +1,362 @@
+//! Prefetch I/O: windows asked for by the streams are fetched by worker threads, so the
+//! faulting thread never waits for them.
+//!
+//! A handler queues a window on a crossbeam injector and wakes a worker. The worker claims the
+//! window's remote pages (`Remote -> Busy`, skipping any page that changed meanwhile),
+//! reserves room for them in the local budget (evicting like a fault would), reads them in one
+//! batch (the TCP store pipelines it), maps all but the marker write-protected and keeps the
+//! marker's copy here (`Cached`). A fault that lands on a page while it is `Busy` is retried
+//! by its handler until the page is mapped or cached, so it never sees wrong bytes.
+//!
+//! Memory stays bounded: pages queued or in flight are capped (a window over the cap is
+//! dropped and counted), and markers are capped (the oldest is dropped, counted as a miss of
+//! its stream, and its page is `Remote` again: the store's copy is current).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use crossbeam_deque::{Injector, Steal, Worker};
+use swap_backend::PAGE_SIZE;
+
+use super::{PagerConfig, Shared, ThreadClass, BUSY, CACHED, CLEAN, DIRTY, REMOTE, SPIN};
+use crate::policy::Source;
+use crate::prefetch::{PrefetchCounters, StreamKey, Streams};
+use crate::uffd::CopyOutcome;
+
+/// A window to fetch: pages in stream order.
+struct Job {
+    pages: Vec<u32>,
+    stream: StreamKey,
+    class: ThreadClass,
+}
+
+/// A prefetched page kept unmapped so that its use is seen.
+pub(super) struct Marker {
+    pub data: Box<[u8]>,
+    stream: StreamKey,
+    class: ThreadClass,
+    /// Pages of the window it stands for.
+    window: u32,
+}
+
+#[derive(Default)]
+struct Markers {
+    map: HashMap<u32, Marker>,
+    /// Arrival order, for dropping the oldest (may hold pages no longer cached).
+    order: VecDeque<u32>,
+}
+
+pub(super) struct Prefetch {
+    streams: Mutex<Streams>,
+    jobs: Injector<Job>,
+    /// Pages queued or being fetched.
+    inflight: AtomicUsize,
+    max_inflight: usize,
+    markers: Mutex<Markers>,
+    max_markers: usize,
+    pub counters: PrefetchCounters,
+    workers: OnceLock<Vec<std::thread::Thread>>,
+}
+
+impl Prefetch {
+    pub fn new(config: &PagerConfig) -> Self {
+        // Prefetched pages displace resident ones: a window, and all windows in flight
+        // together, stay small next to the budget.
+        let depth = config.prefetch_depth.min(config.budget_pages / 8).max(1);
+        Prefetch {
+            streams: Mutex::new(Streams::new(depth)),
+            jobs: Injector::new(),
+            max_inflight: (depth * 4 * config.prefetch_workers.max(1))
+                .min(config.budget_pages / 4)
+                .max(depth),
+            inflight: AtomicUsize::new(0),
+            markers: Mutex::new(Markers::default()),
+            // Markers are a small part of the budget: one per window in use.
+            max_markers: (config.budget_pages / 32).clamp(8, 256),
+            counters: PrefetchCounters::default(),
+            workers: OnceLock::new(),
+        }
+    }
+
+    pub fn set_workers(&self, threads: Vec<std::thread::Thread>) {
+        let _ = self.workers.set(threads);
+    }
+
+    pub fn wake_workers(&self) {
+        for t in self.workers.get().into_iter().flatten() {
+            t.unpark();
+        }
+    }
+
+    /// Takes the marker of page `p` (which the caller has claimed `Cached -> Busy`).
+    pub fn take_marker(&self, p: usize) -> Option<Marker> {
+        self.markers.lock().unwrap().map.remove(&(p as u32))
+    }
+
+    /// Gives back a marker taken by `take_marker` whose page could not be mapped.
+    pub fn put_back_marker(&self, p: usize, m: Marker) {
+        self.markers.lock().unwrap().map.insert(p as u32, m);
+    }
+
+    /// Counts a marker's window as used.
+    pub fn credit_hit(&self, m: &Marker) {
+        let c = &self.counters.by_class[m.class as usize];
+        c.marker_hits.fetch_add(1, Ordering::Relaxed);
+        c.hit_pages.fetch_add(m.window as u64, Ordering::Relaxed);
+    }
+}
+
+impl Shared {
+    /// Trains the stream of a remote fault (or marker hit, `hit`) at page `p` by thread `tid`
+    /// and queues the window it asks for.
+    pub(super) fn prefetch_after(&self, tid: u32, class: ThreadClass, p: usize, hit: bool) {
+        let Some(pf) = &self.prefetch else { return };
+        let Some(key) = self.config.policy.stream(tid, class) else {
+            return;
+        };
+        let window = {
+            let mut streams = pf.streams.lock().unwrap();
+            if hit {
+                streams.on_hit(key, p as u64, self.npages as u64)
+            } else {
+                streams.on_demand(key, p as u64, self.npages as u64)
+            }
+        };
+        let pages: Vec<u32> = window
+            .into_iter()
+            .filter(|&q| self.state[q as usize].load(Ordering::Relaxed) == REMOTE)
+            .map(|q| q as u32)
+            .collect();
+        if pages.is_empty() {
+            return;
+        }
+        let c = &pf.counters.by_class[class as usize];
+        let n = pages.len();
+        if pf.inflight.fetch_add(n, Ordering::SeqCst) + n > pf.max_inflight {
+            pf.inflight.fetch_sub(n, Ordering::SeqCst);
+            c.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        pf.jobs.push(Job {
+            pages,
+            stream: key,
+            class,
+        });
+        pf.wake_workers();
+    }
+
+    /// A prefetch worker: fetches queued windows until the pager stops.
+    pub(super) fn prefetch_worker(&self) {
+        let pf = self
+            .prefetch
+            .as_ref()
+            .expect("workers run only with prefetch");
+        let local = Worker::new_fifo();
+        let mut buf = Vec::new();
+        let mut idle_since = Instant::now();
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let job = local.pop().or_else(|| loop {
+                match pf.jobs.steal_batch_and_pop(&local) {
+                    Steal::Success(j) => break Some(j),
+                    Steal::Empty => break None,
+                    Steal::Retry => {}
+                }
+            });
+            match job {
+                Some(job) => {
+                    let n = job.pages.len();
+                    self.fetch_window(job, &mut buf);
+                    pf.inflight.fetch_sub(n, Ordering::SeqCst);
+                    idle_since = Instant::now();
+                }
+                // Windows come in bursts: poll briefly before parking (an unpark between
+                // the empty check and the park makes the park return at once).
+                None if idle_since.elapsed() < SPIN => std::hint::spin_loop(),
+                None => std::thread::park(),
+            }
+        }
+    }
+
+    fn fetch_window(&self, job: Job, buf: &mut Vec<u8>) {
+        let pf = self.prefetch.as_ref().unwrap();
+        let claimed: Vec<usize> = job
+            .pages
+            .iter()
+            .map(|&p| p as usize)
+            .filter(|&p| {
+                self.state[p]
+                    .compare_exchange(REMOTE, BUSY, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            })
+            .collect();
+        if claimed.is_empty() {
+            return;
+        }
+        let release = |pages: &[usize]| {
+            for &p in pages {
+                self.state[p].store(REMOTE, Ordering::SeqCst);
+            }
+        };
+        if !self.reserve(claimed.len()) {
+            return release(&claimed);
+        }
+        // The marker is the middle of the window in stream order: reached, it says the
+        // stream got halfway, with half a window left to hide the next window's fetch.
+        let marker = claimed[claimed.len() / 2];
+        let mut pages = claimed;
+        pages.sort_unstable();
+        let ids: Vec<u64> = pages.iter().map(|&p| p as u64).collect();
+        buf.resize(pages.len() * PAGE_SIZE, 0);
+        if let Err(e) = self.store.read_pages(&ids, buf) {
+            self.die(&format!(
+                "cannot prefetch {} heap pages starting at page {} ({:#x}) from {}: {e}",
+                ids.len(),
+                ids[0],
+                self.page_addr(pages[0]),
+                self.store.describe_page(ids[0])
+            ));
+        }
+        self.counters
+            .pages_read
+            .fetch_add(ids.len() as u64, Ordering::Relaxed);
+        self.counters
+            .pages_prefetched
+            .fetch_add(ids.len() as u64, Ordering::Relaxed);
+        let admission = self.config.policy.admission(job.class, Source::Prefetch);
+        let protect = self.tracks_dirty(job.class);
+        let state = if protect { CLEAN } else { DIRTY };
+        let mut mapped = 0usize;
+        let mut gone = 0usize;
+        // Map runs of neighbouring pages (the marker excluded) with one ioctl each.
+        let mut i = 0;
+        while i < pages.len() {
+            if pages[i] == marker {
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < pages.len() && pages[j] == pages[j - 1] + 1 && pages[j] != marker {
+                j += 1;
+            }
+            let run = &pages[i..j];
+            let whole = self.map_prefetched(run[0], &buf[i * PAGE_SIZE..j * PAGE_SIZE], protect);
+            for (k, &p) in run.iter().enumerate() {
+                let o = if whole {
+                    CopyOutcome::Copied
+                } else {
+                    self.map_prefetched_one(
+                        p,
+                        &buf[(i + k) * PAGE_SIZE..(i + k + 1) * PAGE_SIZE],
+                        protect,
+                    )
+                };
+                match o {
+                    CopyOutcome::Copied | CopyOutcome::Exists => {
+                        self.residency[p].store(0, Ordering::Release);
+                        self.state[p].store(state, Ordering::SeqCst);
+                        // Not referenced yet: a prefetched page earns its second chance.
+                        self.admit(p, admission, false);
+                        mapped += 1;
+                    }
+                    CopyOutcome::Again | CopyOutcome::Gone => {
+                        // The mm is changing (an unread event): the store's copy is current.
+                        self.resident.fetch_sub(1, Ordering::SeqCst);
+                        self.state[p].store(REMOTE, Ordering::SeqCst);
+                        gone += 1;
+                    }
+                }
+            }
+            i = j;
+        }
+        let mi = pages.binary_search(&marker).unwrap();
+        let data: Box<[u8]> = buf[mi * PAGE_SIZE..(mi + 1) * PAGE_SIZE].into();
+        let evicted = {
+            let mut m = pf.markers.lock().unwrap();
+            m.map.insert(
+                marker as u32,
+                Marker {
+                    data,
+                    stream: job.stream,
+                    class: job.class,
+                    window: (pages.len() - gone) as u32,
+                },
+            );
+            m.order.push_back(marker as u32);
+            self.state[marker].store(CACHED, Ordering::SeqCst);
+            let mut out = Vec::new();
+            while m.map.len() > pf.max_markers {
+                let Some(old) = m.order.pop_front() else {
+                    break;
+                };
+                if self.state[old as usize]
+                    .compare_exchange(CACHED, BUSY, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    if let Some(mk) = m.map.remove(&old) {
+                        out.push((old, mk.stream, mk.class));
+                    }
+                }
+            }
+            out
+        };
+        for (old, stream, class) in evicted {
+            let page = old as u64;
+            self.state[old as usize].store(REMOTE, Ordering::SeqCst);
+            self.resident.fetch_sub(1, Ordering::SeqCst);
+            pf.counters.by_class[class as usize]
+                .marker_misses
+                .fetch_add(1, Ordering::Relaxed);
+            pf.streams.lock().unwrap().on_wasted(stream, page);
+        }
+        if protect {
+            // tracks_dirty counted one page; the window mapped `mapped` (and a marker).
+            for _ in 1..mapped {
+                self.config.policy.note_tracked(job.class);
+            }
+        }
+        let c = &pf.counters.by_class[job.class as usize];
+        c.windows.fetch_add(1, Ordering::Relaxed);
+        c.pages.fetch_add((mapped + 1) as u64, Ordering::Relaxed);
+        self.note_resident();
+    }
+
+    /// Maps a run of prefetched pages from `data` in one ioctl; `false` if it did not map
+    /// them all (the caller then maps page by page).
+    fn map_prefetched(&self, first: usize, data: &[u8], protect: bool) -> bool {
+        // SAFETY: `data` holds whole pages; the pages from `first` on are registered (they
+        // were Remote) and Busy, owned by this worker, so nobody else maps them.
+        let r = unsafe {
+            self.uffd.copy(
+                self.page_addr(first),
+                data.as_ptr(),
+                data.len(),
+                protect,
+                false,
+            )
+        };
+        matches!(r, Ok(CopyOutcome::Copied))
+    }
+
+    fn map_prefetched_one(&self, p: usize, data: &[u8], protect: bool) -> CopyOutcome {
+        // SAFETY: as in map_prefetched, for one page.
+        match unsafe {
+            self.uffd
+                .copy(self.page_addr(p), data.as_ptr(), PAGE_SIZE, protect, false)
+        } {
+            Ok(o) => o,
+            Err(_) => CopyOutcome::Gone,
+        }
+    }
+
+    /// Forgets the marker copy of page `p` (the caller has moved it out of `Cached`).
+    pub(super) fn drop_marker_data(&self, p: usize) {
+        if let Some(pf) = &self.prefetch {
+            pf.markers.lock().unwrap().map.remove(&(p as u32));
+        }
+    }
+}

@@ -1,0 +1,527 @@
+//! The prefetch engine's decisions: Leap's majority-trend detector, one per stream, and the
+//! window each fault asks for. Pure logic; the pager does the I/O (`pager::prefetch_io`).
+//!
+//! # Detector
+//! Each stream keeps the last 32 page deltas. The trend is the Boyer-Moore majority of the
+//! newest 8 deltas, else of the newest 16, else of all 32 (a majority must hold more than
+//! half of its window). A fault with a trend `d` at page `x` asks for `x+d, x+2d, ...,
+//! x+depth*d`; without a trend it asks for the `depth`-aligned block around `x` (kernel
+//! swap readahead's cluster).
+//!
+//! # Depth
+//! Starts at [`START_DEPTH`], doubles on a prefetch hit (a fault served from a page this
+//! stream prefetched) up to the configured maximum, halves on a miss (a demand fault the
+//! stream did not foresee, or a prefetched window nobody reached).
+//!
+//! # Hits are observed on markers
+//! A prefetched page that is mapped costs no fault when touched, so its use is invisible from
+//! user space. One page per window, the one in the middle, is kept unmapped (the *marker*,
+//! like the kernel's `PG_readahead` page): touching it faults, is served locally, counts as a
+//! hit of the whole window and prefetches the next window while the second half is consumed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::pager::ThreadClass;
+
+/// Page deltas remembered per stream.
+pub const HISTORY: usize = 32;
+/// Depth of a new stream.
+pub const START_DEPTH: usize = 4;
+/// Fewest deltas a trend is called on.
+const MIN_DELTAS: usize = 4;
+/// Streams remembered at once; the least recently used goes first.
+const MAX_STREAMS: usize = 512;
+
+/// Leap's trend detector over one stream's page deltas.
+#[derive(Clone, Debug)]
+pub struct Detector {
+    deltas: [i64; HISTORY],
+    /// Deltas recorded so far (capped at HISTORY).
+    len: usize,
+    /// Next slot to write.
+    head: usize,
+    last: Option<u64>,
+}
+
+impl Default for Detector {
+    fn default() -> Self {
+        Detector {
+            deltas: [0; HISTORY],
+            len: 0,
+            head: 0,
+            last: None,
+        }
+    }
+}
+
+impl Detector {
+    /// Records an access to `page`. Repeated faults on one page are not a movement.
+    pub fn record(&mut self, page: u64) {
+        if let Some(last) = self.last {
+            let d = page as i64 - last as i64;
+            if d == 0 {
+                return;
+            }
+            self.deltas[self.head] = d;
+            self.head = (self.head + 1) % HISTORY;
+            self.len = (self.len + 1).min(HISTORY);
+        }
+        self.last = Some(page);
+    }
+
+    /// The newest `n` deltas, newest first.
+    fn newest(&self, n: usize) -> impl Iterator<Item = i64> + '_ {
+        (1..=n.min(self.len)).map(move |k| self.deltas[(self.head + HISTORY - k) % HISTORY])
+    }
+
+    /// The majority delta of the newest 8, 16 or 32 deltas, trying the shortest window first.
+    pub fn trend(&self) -> Option<i64> {
+        let mut w = HISTORY / 4;
+        loop {
+            let n = w.min(self.len);
+            if n >= MIN_DELTAS {
+                if let Some(d) = majority(self.newest(n)) {
+                    if self.newest(n).filter(|x| *x == d).count() * 2 > n {
+                        return Some(d);
+                    }
+                }
+            }
+            if w >= self.len || w >= HISTORY {
+                return None;
+            }
+            w *= 2;
+        }
+    }
+}
+
+/// Boyer-Moore majority vote: the only candidate that can hold more than half (unverified).
+fn majority(xs: impl Iterator<Item = i64>) -> Option<i64> {
+    let mut cand = None;
+    let mut count = 0usize;
+    for x in xs {
+        if count == 0 {
+            cand = Some(x);
+            count = 1;
+        } else if cand == Some(x) {
+            count += 1;
+        } else {
+            count -= 1;
+        }
+    }
+    cand
+}
+
+/// One prefetch stream: a detector and an adaptive depth.
+#[derive(Clone, Debug)]
+pub struct Stream {
+    det: Detector,
+    depth: usize,
+    max_depth: usize,
+    last_used: u64,
+}
+
+impl Stream {
+    pub fn new(max_depth: usize) -> Self {
+        Stream {
+            det: Detector::default(),
+            depth: START_DEPTH.min(max_depth).max(1),
+            max_depth: max_depth.max(1),
+            last_used: 0,
+        }
+    }
+
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    pub fn hit(&mut self) {
+        self.depth = (self.depth * 2).min(self.max_depth);
+    }
+
+    pub fn miss(&mut self) {
+        self.depth = (self.depth / 2).max(1);
+    }
+
+    /// Records the accesses a hit at `page` implies: the pages between the last fault and
+    /// `page` along the trend were mapped by prefetch and touched without faulting. Leap, in
+    /// the kernel, sees them as minor faults; without them the deltas between markers would
+    /// grow with the window and hide the trend.
+    pub fn record_skipped(&mut self, page: u64) {
+        let (Some(d), Some(last)) = (self.det.trend(), self.det.last) else {
+            return;
+        };
+        let gap = page as i64 - last as i64;
+        if gap % d != 0 || gap / d <= 1 {
+            return;
+        }
+        let steps = (gap / d).min(HISTORY as i64);
+        for k in (1..steps).rev() {
+            self.det.record((page as i64 - k * d) as u64);
+        }
+    }
+
+    /// Records an access at `page` and returns the pages to prefetch after it (they may be
+    /// outside `0..npages`; the caller keeps only pages that are remote).
+    pub fn window(&mut self, page: u64, npages: u64) -> Vec<u64> {
+        self.det.record(page);
+        let depth = self.depth as i64;
+        match self.det.trend() {
+            Some(d) => (1..=depth)
+                .map(|k| page as i64 + k * d)
+                .take_while(|q| *q >= 0 && (*q as u64) < npages)
+                .map(|q| q as u64)
+                .collect(),
+            None => {
+                let start = page - page % self.depth as u64;
+                (start..(start + self.depth as u64).min(npages))
+                    .filter(|q| *q != page)
+                    .collect()
+            }
+        }
+    }
+}
+
+/// Per-class prefetch counters ("stream class" = the class of the thread whose stream asked).
+#[derive(Debug, Default)]
+pub struct ClassCounters {
+    /// Windows sent to the prefetch workers.
+    pub windows: AtomicU64,
+    /// Pages fetched and mapped (or kept as markers).
+    pub pages: AtomicU64,
+    /// Markers touched before they were dropped: the window was reached.
+    pub marker_hits: AtomicU64,
+    /// Markers dropped untouched.
+    pub marker_misses: AtomicU64,
+    /// Pages of windows whose marker was hit.
+    pub hit_pages: AtomicU64,
+    /// Windows dropped because too many pages were in flight.
+    pub dropped: AtomicU64,
+}
+
+/// All counters of the engine, indexed by `ThreadClass as usize`.
+#[derive(Debug, Default)]
+pub struct PrefetchCounters {
+    pub by_class: [ClassCounters; 6],
+}
+
+/// The stream a fault belongs to.
+pub type StreamKey = u64;
+
+/// The streams of one pager. Each key (thread, class or global, as the policy says) holds up
+/// to [`LANES`] streams told apart by address: a fault joins the lane whose last page is
+/// nearest (within [`LANE_REACH`] pages), else starts a lane in place of the least recently
+/// used. One thread scanning two arrays at once thus keeps two clean trends, as hardware
+/// stream prefetchers do; Leap's single history per process would see neither.
+#[derive(Debug)]
+pub struct Streams {
+    max_depth: usize,
+    streams: HashMap<StreamKey, Vec<Stream>>,
+    clock: u64,
+}
+
+/// Address-separated streams per key.
+pub const LANES: usize = 8;
+/// Farthest a fault may be from a lane's last page and still join it.
+pub const LANE_REACH: u64 = 512;
+
+impl Streams {
+    pub fn new(max_depth: usize) -> Self {
+        Streams {
+            max_depth,
+            streams: HashMap::new(),
+            clock: 0,
+        }
+    }
+
+    fn lane(&mut self, key: StreamKey, page: u64) -> &mut Stream {
+        self.clock += 1;
+        if self.streams.len() >= MAX_STREAMS && !self.streams.contains_key(&key) {
+            let oldest = self
+                .streams
+                .iter()
+                .min_by_key(|(_, l)| l.iter().map(|s| s.last_used).max().unwrap_or(0))
+                .map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                self.streams.remove(&k);
+            }
+        }
+        let (max, now) = (self.max_depth, self.clock);
+        let lanes = self.streams.entry(key).or_default();
+        let near = lanes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.det.last.map(|l| (i, l.abs_diff(page))))
+            .filter(|(_, d)| *d <= LANE_REACH)
+            .min_by_key(|(_, d)| *d)
+            .map(|(i, _)| i);
+        let i = match near {
+            Some(i) => i,
+            None if lanes.len() < LANES => {
+                lanes.push(Stream::new(max));
+                lanes.len() - 1
+            }
+            None => {
+                let (i, _) = lanes
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, s)| s.last_used)
+                    .unwrap();
+                lanes[i] = Stream::new(max);
+                i
+            }
+        };
+        lanes[i].last_used = now;
+        &mut lanes[i]
+    }
+
+    /// A demand fault (not foreseen) at `page`: the stream shrinks and asks for a window.
+    pub fn on_demand(&mut self, key: StreamKey, page: u64, npages: u64) -> Vec<u64> {
+        let s = self.lane(key, page);
+        s.miss();
+        s.window(page, npages)
+    }
+
+    /// A fault served from a marker at `page`: the stream grows and asks for the next window.
+    pub fn on_hit(&mut self, key: StreamKey, page: u64, npages: u64) -> Vec<u64> {
+        let s = self.lane(key, page);
+        s.hit();
+        s.record_skipped(page);
+        s.window(page, npages)
+    }
+
+    /// The marker at `page` of stream `key` was dropped untouched.
+    pub fn on_wasted(&mut self, key: StreamKey, page: u64) {
+        if let Some(lanes) = self.streams.get_mut(&key) {
+            if let Some(s) = lanes
+                .iter_mut()
+                .filter(|s| s.det.last.is_some_and(|l| l.abs_diff(page) <= LANE_REACH))
+                .min_by_key(|s| s.det.last.unwrap().abs_diff(page))
+            {
+                s.miss();
+            }
+        }
+    }
+
+    /// Depth of the lane of `key` nearest to `page`.
+    pub fn depth(&self, key: StreamKey, page: u64) -> Option<usize> {
+        self.streams.get(&key).and_then(|l| {
+            l.iter()
+                .filter(|s| s.det.last.is_some())
+                .min_by_key(|s| s.det.last.unwrap().abs_diff(page))
+                .map(|s| s.depth)
+        })
+    }
+}
+
+/// Accuracy and coverage of one class's prefetching, from its counters and its demand faults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Effect {
+    pub prefetched: u64,
+    /// Estimated pages used: pages of windows whose marker was reached.
+    pub hits: u64,
+    /// hits / prefetched pages whose window was resolved (marker hit or dropped).
+    pub accuracy: Option<f64>,
+    /// hits / (hits + demand faults).
+    pub coverage: Option<f64>,
+}
+
+impl ClassCounters {
+    pub fn effect(&self, demand_faults: u64) -> Effect {
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (hits, mh, mm) = (
+            ld(&self.hit_pages),
+            ld(&self.marker_hits),
+            ld(&self.marker_misses),
+        );
+        let prefetched = ld(&self.pages);
+        // Accuracy by windows resolved, weighted by pages: hit windows' pages over the pages
+        // of all resolved windows (approximated by the hit share of markers).
+        let accuracy = (mh + mm > 0).then(|| mh as f64 / (mh + mm) as f64);
+        let coverage =
+            (hits + demand_faults > 0).then(|| hits as f64 / (hits + demand_faults) as f64);
+        Effect {
+            prefetched,
+            hits,
+            accuracy,
+            coverage,
+        }
+    }
+}
+
+/// Which class's counters a stream's prefetches count under.
+pub fn class_index(c: ThreadClass) -> usize {
+    c as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trained(pages: impl IntoIterator<Item = u64>) -> Detector {
+        let mut d = Detector::default();
+        for p in pages {
+            d.record(p);
+        }
+        d
+    }
+
+    #[test]
+    fn forward_and_backward_strides_are_trends() {
+        assert_eq!(trained((0..20).map(|i| 100 + i)).trend(), Some(1));
+        assert_eq!(trained((0..20).map(|i| 1000 - 3 * i)).trend(), Some(-3));
+        assert_eq!(trained((0..12).map(|i| 7 * i)).trend(), Some(7));
+    }
+
+    #[test]
+    fn too_short_a_history_has_no_trend() {
+        assert_eq!(trained([5, 6, 7]).trend(), None);
+        assert_eq!(trained([5]).trend(), None);
+    }
+
+    #[test]
+    fn random_accesses_have_no_trend() {
+        // A fixed LCG: deltas all differ, so no delta can hold a majority.
+        let mut x = 12345u64;
+        let pages: Vec<u64> = (0..64)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 33) % 100_000
+            })
+            .collect();
+        assert_eq!(trained(pages).trend(), None);
+    }
+
+    #[test]
+    fn a_majority_survives_noise() {
+        // 6 of the newest 8 deltas are +2.
+        let mut d = trained((0..10).map(|i| 2 * i));
+        d.record(500);
+        d.record(20);
+        for p in [22, 24, 26, 28, 30, 32] {
+            d.record(p);
+        }
+        assert_eq!(d.trend(), Some(2));
+    }
+
+    #[test]
+    fn a_longer_window_finds_a_trend_the_newest_deltas_hide() {
+        // Old history: +1 stride for 24 deltas; newest 8 deltas are noise with no majority.
+        let mut d = trained(0..25);
+        for p in [900, 40, 700, 60, 300, 10, 800, 20] {
+            d.record(p);
+        }
+        assert_eq!(d.trend(), Some(1));
+    }
+
+    #[test]
+    fn one_thread_scanning_two_arrays_keeps_two_lanes() {
+        let mut s = Streams::new(16);
+        let mut last = (vec![], vec![]);
+        for i in 0..12 {
+            last.0 = s.on_demand(1, 1000 + i, 1 << 20);
+            last.1 = s.on_demand(1, 90_000 + i, 1 << 20);
+        }
+        assert_eq!(last.0, vec![1012]);
+        assert_eq!(last.1, vec![90_012]);
+    }
+
+    #[test]
+    fn interleaved_streams_confuse_one_detector_but_not_two() {
+        // Two threads scanning forward in different places, faults interleaved.
+        let a = (0..32).map(|i| 1000 + i);
+        let b = (0..32).map(|i| 50_000 + 2 * i);
+        let mixed: Vec<(u64, u64)> = a.zip(b).collect();
+        let global = trained(mixed.iter().flat_map(|(x, y)| [*x, *y]));
+        assert_eq!(global.trend(), None, "interleaving hides both trends");
+        let mut s = Streams::new(16);
+        let mut last = (vec![], vec![]);
+        for (x, y) in &mixed {
+            last.0 = s.on_demand(1, *x, 1 << 20);
+            last.1 = s.on_demand(2, *y, 1 << 20);
+        }
+        assert_eq!(last.0, vec![1032], "depth halved to 1 by repeated misses");
+        assert_eq!(last.1, vec![50_064]);
+    }
+
+    #[test]
+    fn depth_doubles_on_hits_and_halves_on_misses() {
+        let mut s = Streams::new(32);
+        for p in 0..10 {
+            s.on_demand(9, p, 1000);
+        }
+        assert_eq!(s.depth(9, 9), Some(1));
+        let w = s.on_hit(9, 10, 1000);
+        assert_eq!(w, vec![11, 12]);
+        s.on_hit(9, 12, 1000);
+        s.on_hit(9, 14, 1000);
+        assert_eq!(s.depth(9, 14), Some(8));
+        for _ in 0..5 {
+            s.on_hit(9, 16, 1000);
+        }
+        assert_eq!(s.depth(9, 16), Some(32), "capped");
+        s.on_wasted(9, 40);
+        assert_eq!(s.depth(9, 16), Some(16));
+    }
+
+    #[test]
+    fn hits_far_along_the_trend_keep_it() {
+        let mut s = Streams::new(32);
+        for p in 0..6 {
+            s.on_demand(1, 3 * p, 10_000);
+        }
+        // Markers hit further and further ahead as windows grow.
+        for p in [24, 45, 90, 180, 400] {
+            let w = s.on_hit(1, p, 10_000);
+            assert_eq!(w.first(), Some(&(p + 3)), "trend kept after a hit at {p}");
+        }
+    }
+
+    #[test]
+    fn without_a_trend_the_aligned_block_is_read() {
+        let mut s = Stream::new(8);
+        // depth 4 at start: block of 4 around page 13 = 12..16 less 13.
+        assert_eq!(s.window(13, 1000), vec![12, 14, 15]);
+    }
+
+    #[test]
+    fn windows_stay_inside_the_region() {
+        let mut s = Stream::new(8);
+        for p in 990..1000 {
+            s.window(p, 1000);
+        }
+        assert!(s.window(999, 1000).is_empty());
+        let mut s = Stream::new(8);
+        for p in (0..10).rev() {
+            s.window(p, 1000);
+        }
+        assert!(s.window(0, 1000).is_empty());
+    }
+
+    #[test]
+    fn old_streams_are_forgotten() {
+        let mut s = Streams::new(8);
+        for k in 0..(MAX_STREAMS as u64 + 10) {
+            s.on_demand(k, k, 1 << 20);
+        }
+        assert!(s.streams.len() <= MAX_STREAMS);
+        assert_eq!(s.depth(0, 0), None, "least recently used went first");
+        let k = MAX_STREAMS as u64 + 9;
+        assert!(s.depth(k, k).is_some());
+    }
+
+    #[test]
+    fn effect_is_computed_from_counters() {
+        let c = ClassCounters::default();
+        assert_eq!(c.effect(0).accuracy, None);
+        c.pages.store(100, Ordering::Relaxed);
+        c.marker_hits.store(8, Ordering::Relaxed);
+        c.marker_misses.store(2, Ordering::Relaxed);
+        c.hit_pages.store(80, Ordering::Relaxed);
+        let e = c.effect(20);
+        assert_eq!(e.accuracy, Some(0.8));
+        assert_eq!(e.coverage, Some(0.8));
+    }
+}

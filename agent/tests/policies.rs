@@ -1,0 +1,293 @@
+//! Prefetching and the policies' eviction decisions on a plain mmap region (no JVM): bytes
+//! read back are always the bytes written, and each policy keeps the pages it should.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use memliner_agent::pager::{Pager, PagerConfig, Span, ThreadClass, ThreadClassifier, ThreadKind};
+use memliner_agent::policy::{Baseline, MemLiner, PagingPolicy, StreamScope};
+use swap_backend::{LocalStore, PAGE_SIZE};
+
+/// Threads registered as GC workers are `gc`; all others are application threads.
+#[derive(Clone, Default)]
+struct Classes(Arc<Mutex<HashSet<u32>>>);
+
+impl Classes {
+    fn become_gc(&self) {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        self.0.lock().unwrap().insert(tid);
+    }
+}
+
+impl ThreadClassifier for Classes {
+    fn kind_of(&self, tid: u32) -> ThreadKind {
+        if self.0.lock().unwrap().contains(&tid) {
+            ThreadKind::Fixed(ThreadClass::Gc)
+        } else {
+            ThreadKind::Fixed(ThreadClass::Application)
+        }
+    }
+}
+
+fn fatal(msg: &str) -> ! {
+    eprintln!("pager test fatal: {msg}");
+    std::process::abort()
+}
+
+struct Region {
+    base: usize,
+    pages: usize,
+}
+
+impl Region {
+    fn new(pages: usize) -> Region {
+        // SAFETY: fresh anonymous mapping owned by this test.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                pages * PAGE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Region {
+            base: p as usize,
+            pages,
+        }
+    }
+
+    fn word(&self, page: usize, slot: usize) -> *mut u64 {
+        assert!(page < self.pages && slot < PAGE_SIZE / 8);
+        (self.base + page * PAGE_SIZE + slot * 8) as *mut u64
+    }
+
+    fn read(&self, page: usize, slot: usize) -> u64 {
+        // SAFETY: inside the region.
+        unsafe { std::ptr::read_volatile(self.word(page, slot)) }
+    }
+
+    fn write(&self, page: usize, slot: usize, v: u64) {
+        // SAFETY: inside the region.
+        unsafe { std::ptr::write_volatile(self.word(page, slot), v) }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping after the pager is gone.
+        unsafe { libc::munmap(self.base as *mut _, self.pages * PAGE_SIZE) };
+    }
+}
+
+fn start(region: &Region, budget: usize, policy: Arc<dyn PagingPolicy>, classes: Classes) -> Pager {
+    Pager::start(
+        region.base,
+        region.pages * PAGE_SIZE,
+        &[Span {
+            start: region.base,
+            end: region.base + region.pages * PAGE_SIZE,
+        }],
+        PagerConfig {
+            budget_pages: budget,
+            evict_batch: 8,
+            fill_ahead: 3,
+            policy,
+            ..PagerConfig::default()
+        },
+        Box::new(LocalStore::new(1 << 20)),
+        Box::new(classes),
+        fatal,
+    )
+    .unwrap()
+}
+
+fn memliner() -> Arc<dyn PagingPolicy> {
+    Arc::new(MemLiner {
+        prefetch: true,
+        scope: StreamScope::Thread,
+        adaptive_dirty: None,
+    })
+}
+
+fn baseline() -> Arc<dyn PagingPolicy> {
+    Arc::new(Baseline { prefetch: true })
+}
+
+fn pattern(page: usize, slot: usize, round: u64) -> u64 {
+    (page as u64) << 32 | (slot as u64) << 16 | round
+}
+
+/// Each thread walks its own slot of every page, starting at its own offset, reading what it
+/// wrote last round and writing anew: sequential streams the prefetcher follows, with writes
+/// landing on pages it mapped write-protected.
+fn sequential_hammer(region: &Region, threads: usize, rounds: u64) {
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        for t in 0..threads {
+            let failed = &failed;
+            sc.spawn(move || {
+                let n = region.pages;
+                for round in 1..=rounds {
+                    for k in 0..n {
+                        let p = (k + t * n / threads) % n;
+                        let want = if round == 1 {
+                            0
+                        } else {
+                            pattern(p, t, round - 1)
+                        };
+                        let seen = region.read(p, t);
+                        if seen != want {
+                            eprintln!("thread {t} page {p}: read {seen:#x}, want {want:#x}");
+                            failed.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                        region.write(p, t, pattern(p, t, round));
+                    }
+                }
+            });
+        }
+    });
+    assert!(
+        !failed.load(Ordering::SeqCst),
+        "a prefetched page had wrong bytes"
+    );
+}
+
+#[test]
+fn prefetched_pages_carry_the_last_write_under_both_policies() {
+    for policy in [baseline(), memliner()] {
+        let name = policy.name();
+        let region = Region::new(1024);
+        let pager = start(&region, 96, policy, Classes::default());
+        sequential_hammer(&region, 3, 4);
+        let pc = pager.prefetch_counters().unwrap();
+        let app = &pc.by_class[ThreadClass::Application as usize];
+        let demand =
+            pager.counters().faults[ThreadClass::Application as usize][1].load(Ordering::SeqCst);
+        let e = app.effect(demand);
+        assert!(e.prefetched > 1000, "{name}: prefetched {}", e.prefetched);
+        assert!(
+            e.accuracy.unwrap() >= 0.7,
+            "{name}: sequential streams, accuracy {:?}",
+            e.accuracy
+        );
+        assert!(
+            e.coverage.unwrap() >= 0.4,
+            "{name}: coverage {:?} (demand {demand})",
+            e.coverage
+        );
+        // The handler and the prefetch worker reserve room concurrently: while one trims,
+        // the other's reservation (a window of at most budget/8 pages) may be counted.
+        assert!(
+            pager.peak_resident_pages() <= 96 + 96 / 8 + 4,
+            "{name}: peak {} over budget",
+            pager.peak_resident_pages()
+        );
+    }
+}
+
+/// Pages 0..HOT are the application's working set; the GC then reads the whole region once.
+/// Returns the region with its pager (in drop order: the pager goes first).
+fn gc_scan_after_app_work(policy: Arc<dyn PagingPolicy>) -> ((Pager, Region), usize) {
+    const HOT: usize = 48;
+    let region = Region::new(1024);
+    let classes = Classes::default();
+    let pager = start(&region, 128, policy, classes.clone());
+    // Everything written once, so that the GC's reads are remote reads.
+    for p in 0..region.pages {
+        region.write(p, 0, pattern(p, 0, 1));
+    }
+    // The application works on its hot set (brought back in by the application).
+    for round in 2..4 {
+        for p in 0..HOT {
+            assert_eq!(region.read(p, 0), pattern(p, 0, round - 1));
+            region.write(p, 0, pattern(p, 0, round));
+        }
+    }
+    // A GC thread traces the rest of the heap.
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            classes.become_gc();
+            for p in HOT..region.pages {
+                assert_eq!(region.read(p, 0), pattern(p, 0, 1));
+            }
+        });
+    });
+    // SAFETY: the residency map has one byte per page and lives as long as the pager.
+    let map = unsafe { std::slice::from_raw_parts(pager.residency_map(), region.pages) };
+    let hot_resident = map[..HOT].iter().filter(|r| **r == 0).count();
+    ((pager, region), hot_resident)
+}
+
+#[test]
+fn memliner_keeps_the_application_working_set_through_a_gc_scan() {
+    // One binding for both: a tuple drops its fields in order, the pager first.
+    let (paged, resident) = gc_scan_after_app_work(memliner());
+    let pager = &paged.0;
+    assert_eq!(
+        resident, 48,
+        "GC-read pages must be evicted before application pages"
+    );
+    assert!(pager.counters().evicted_cold.load(Ordering::SeqCst) > 500);
+}
+
+#[test]
+fn baseline_lets_a_gc_scan_evict_the_application_working_set() {
+    let (paged, resident) = gc_scan_after_app_work(baseline());
+    let pager = &paged.0;
+    assert!(
+        resident <= 8,
+        "{resident} hot pages survived a scan of 976 pages"
+    );
+    assert_eq!(pager.counters().evicted_cold.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn an_application_write_promotes_a_page_the_gc_brought_in() {
+    let region = Region::new(512);
+    let classes = Classes::default();
+    // No prefetching here: a window fetched after the GC's read would evict the cold page
+    // before the application's write could promote it.
+    let no_prefetch = Arc::new(MemLiner {
+        prefetch: false,
+        scope: StreamScope::Thread,
+        adaptive_dirty: None,
+    });
+    let pager = start(&region, 64, no_prefetch, classes.clone());
+    for p in 0..region.pages {
+        region.write(p, 0, pattern(p, 0, 1));
+    }
+    let gc = |range: std::ops::Range<usize>| {
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                classes.become_gc();
+                for p in range {
+                    assert_eq!(region.read(p, 0), pattern(p, 0, 1));
+                }
+            });
+        })
+    };
+    // Page 100 (read far from other reads so that no window covers it) comes in cold...
+    gc(100..101);
+    // ...and the application writes it: promoted.
+    region.write(100, 1, 42);
+    let c = pager.counters();
+    let f = |class: ThreadClass, kind: usize| c.faults[class as usize][kind].load(Ordering::SeqCst);
+    assert_eq!(
+        c.promoted.load(Ordering::SeqCst),
+        1,
+        "faults by class and kind: {:?}",
+        ThreadClass::ALL.map(|c| (0..5).map(|k| f(c, k)).collect::<Vec<_>>())
+    );
+    gc(200..500);
+    // SAFETY: as above.
+    let map = unsafe { std::slice::from_raw_parts(pager.residency_map(), region.pages) };
+    assert_eq!(map[100], 0, "the promoted page outlives the GC's own pages");
+    assert_eq!(region.read(100, 0), pattern(100, 0, 1));
+    assert_eq!(region.read(100, 1), 42);
+}
