@@ -313,6 +313,9 @@ unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
     guarded("GarbageCollectionFinish", || {
         if let Some(rt) = RUNTIME.get() {
             rt.threads.set_in_pause(false);
+            if let Some(p) = rt.pager.get() {
+                p.gc_pause_finished();
+            }
             rt.gc.pause_finished();
         }
     })

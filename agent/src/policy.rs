@@ -19,6 +19,10 @@ pub enum Admission {
     Hot,
     /// Evicted first, in arrival order, unless promoted by an application touch.
     Cold,
+    /// Hot until the stop-the-world GC pause in progress ends, then cold: the pause itself
+    /// needs the page (it reads an object, then writes its forwarding pointer or updates its
+    /// fields), the application, once resumed, rarely does.
+    ColdAfterPause,
 }
 
 /// How a page came in.
@@ -174,11 +178,14 @@ impl PagingPolicy for MemLiner {
     fn admission(&self, class: ThreadClass, source: Source) -> Admission {
         // Pages the GC *reads* back (tracing, scanning) are rarely what the application needs
         // next. Pages the GC zero-fills are copy destinations: survivors the application will
-        // use, so they are admitted like the application's own.
-        if class.is_gc() && source != Source::ZeroFill {
-            Admission::Cold
-        } else {
-            Admission::Hot
+        // use, so they are admitted like the application's own. Concurrent tracing touches
+        // each object once while the application runs: cold at once. A pause's pages serve
+        // the pause: cold when it ends.
+        match (class, source) {
+            (_, Source::ZeroFill) => Admission::Hot,
+            (ThreadClass::GcConcurrent, _) => Admission::Cold,
+            (ThreadClass::Gc, _) => Admission::ColdAfterPause,
+            _ => Admission::Hot,
         }
     }
 
@@ -239,7 +246,7 @@ mod tests {
         assert_ne!(app1, gc, "same tid, other class: other stream");
         assert_eq!(
             p.admission(ThreadClass::Gc, Source::Demand),
-            Admission::Cold
+            Admission::ColdAfterPause
         );
         assert_eq!(
             p.admission(ThreadClass::GcConcurrent, Source::Prefetch),

@@ -134,7 +134,11 @@ pub fn document(
             "zero_filled_ahead": ld(&c.zero_filled_ahead),
             "unmap_events": ld(&c.unmap_events),
             "budget_overruns": ld(&c.budget_overruns),
-            "cold": { "evicted": ld(&c.evicted_cold), "promoted": ld(&c.promoted) },
+            "cold": {
+                "evicted": ld(&c.evicted_cold),
+                "promoted": ld(&c.promoted),
+                "demoted_after_pause": ld(&c.demoted_after_pause),
+            },
             "concurrent_cycles": ld(&c.concurrent_cycles),
             "app_faults_in_concurrent_cycle": ld(&c.app_faults_in_concurrent_cycle),
             "latency": { "all": percentiles(&l.all), "remote": percentiles(&l.remote) },
@@ -165,6 +169,7 @@ pub fn document(
         },
         "prefetch": pager.and_then(prefetch_json),
         "gc": gc.to_json(),
+        "process": process_memory(),
     })
 }
 
@@ -212,4 +217,18 @@ fn class_json(c: &crate::prefetch::ClassCounters, demand: u64) -> Value {
         "accuracy": e.accuracy,
         "coverage": e.coverage,
     })
+}
+
+/// The JVM process's resident memory from /proc/self/status (bytes): what a cgroup limit
+/// giving the kernel the same memory would be set from.
+fn process_memory() -> Value {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|k| k * 1024)
+    };
+    json!({ "peak_rss_bytes": kb("VmHWM:"), "rss_bytes": kb("VmRSS:") })
 }

@@ -1,7 +1,7 @@
 //! Prefetching and the policies' eviction decisions on a plain mmap region (no JVM): bytes
 //! read back are always the bytes written, and each policy keeps the pages it should.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -9,25 +9,33 @@ use memliner_agent::pager::{Pager, PagerConfig, Span, ThreadClass, ThreadClassif
 use memliner_agent::policy::{Baseline, MemLiner, PagingPolicy, StreamScope};
 use swap_backend::{LocalStore, PAGE_SIZE};
 
-/// Threads registered as GC workers are `gc`; all others are application threads.
+/// Threads registered as GC threads are of the class given at registration; all others are
+/// application threads.
 #[derive(Clone, Default)]
-struct Classes(Arc<Mutex<HashSet<u32>>>);
+struct Classes(Arc<Mutex<HashMap<u32, ThreadClass>>>);
 
 impl Classes {
-    fn become_gc(&self) {
+    fn join_as(&self, class: ThreadClass) {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
-        self.0.lock().unwrap().insert(tid);
+        self.0.lock().unwrap().insert(tid, class);
+    }
+
+    fn become_gc(&self) {
+        self.join_as(ThreadClass::GcConcurrent)
     }
 }
 
 impl ThreadClassifier for Classes {
     fn kind_of(&self, tid: u32) -> ThreadKind {
-        if self.0.lock().unwrap().contains(&tid) {
-            ThreadKind::Fixed(ThreadClass::Gc)
-        } else {
-            ThreadKind::Fixed(ThreadClass::Application)
-        }
+        ThreadKind::Fixed(
+            self.0
+                .lock()
+                .unwrap()
+                .get(&tid)
+                .copied()
+                .unwrap_or(ThreadClass::Application),
+        )
     }
 }
 
@@ -191,7 +199,8 @@ fn prefetched_pages_carry_the_last_write_under_both_policies() {
     }
 }
 
-/// Pages 0..HOT are the application's working set; the GC then reads the whole region once.
+/// Pages 0..HOT are the application's working set; a concurrent GC thread then reads the whole
+/// region once.
 /// Returns the region with its pager (in drop order: the pager goes first).
 fn gc_scan_after_app_work(policy: Arc<dyn PagingPolicy>) -> ((Pager, Region), usize) {
     const HOT: usize = 48;
@@ -209,7 +218,7 @@ fn gc_scan_after_app_work(policy: Arc<dyn PagingPolicy>) -> ((Pager, Region), us
             region.write(p, 0, pattern(p, 0, round));
         }
     }
-    // A GC thread traces the rest of the heap.
+    // A concurrent GC thread traces the rest of the heap.
     std::thread::scope(|sc| {
         sc.spawn(|| {
             classes.become_gc();
@@ -290,4 +299,55 @@ fn an_application_write_promotes_a_page_the_gc_brought_in() {
     assert_eq!(map[100], 0, "the promoted page outlives the GC's own pages");
     assert_eq!(region.read(100, 0), pattern(100, 0, 1));
     assert_eq!(region.read(100, 1), 42);
+}
+
+#[test]
+fn pages_a_pause_brought_in_go_cold_when_it_ends() {
+    const HOT: usize = 48;
+    let region = Region::new(1024);
+    let classes = Classes::default();
+    let no_prefetch = Arc::new(MemLiner {
+        prefetch: false,
+        scope: StreamScope::Thread,
+        adaptive_dirty: None,
+    });
+    let pager = start(&region, 128, no_prefetch, classes.clone());
+    for p in 0..region.pages {
+        region.write(p, 0, pattern(p, 0, 1));
+    }
+    // A stop-the-world GC worker reads 64 pages: during the pause they compete like any.
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            classes.join_as(ThreadClass::Gc);
+            for p in 500..564 {
+                assert_eq!(region.read(p, 0), pattern(p, 0, 1));
+            }
+        });
+    });
+    // SAFETY: the residency map has one byte per page and lives as long as the pager.
+    let map = unsafe { std::slice::from_raw_parts(pager.residency_map(), region.pages) };
+    assert!(
+        map[500..564].iter().all(|r| *r == 0),
+        "the pause keeps its pages"
+    );
+    pager.gc_pause_finished();
+    // The application resumes on its working set and more: the pause's pages go first.
+    for round in 2..4 {
+        for p in 0..HOT {
+            assert_eq!(region.read(p, 0), pattern(p, 0, round - 1));
+            region.write(p, 0, pattern(p, 0, round));
+        }
+    }
+    for p in 600..664 {
+        assert_eq!(region.read(p, 0), pattern(p, 0, 1));
+    }
+    let c = pager.counters();
+    assert_eq!(c.demoted_after_pause.load(Ordering::SeqCst), 64);
+    assert!(c.evicted_cold.load(Ordering::SeqCst) >= 64);
+    assert_eq!(
+        map[500..564].iter().filter(|r| **r == 0).count(),
+        0,
+        "the pause's pages were evicted before the application's"
+    );
+    assert_eq!(map[..HOT].iter().filter(|r| **r == 0).count(), HOT);
 }

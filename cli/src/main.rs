@@ -55,6 +55,11 @@ enum Cmd {
         /// written back).
         #[arg(long)]
         dirty: Option<String>,
+        /// Pass the -agentpath argument in this environment variable instead of on the command
+        /// line, for launchers that start the JVM themselves (the Spark scripts read
+        /// MEMLINER_AGENT_OPTS).
+        #[arg(long, value_name = "VAR")]
+        agent_env: Option<String>,
         /// Do not print the summary.
         #[arg(long, short)]
         quiet: bool,
@@ -90,11 +95,28 @@ enum Cmd {
         #[arg(long, default_value = "G1")]
         gc: String,
     },
-    /// Measure agent overhead, fault service, TCP throughput and the 25% baseline.
+    /// The policy matrix: workloads x collectors x {no agent, baseline, memliner, kernel
+    /// swap to zram} x local {100, 50, 25, 13%}, with a report, CSV and plots.
     Bench {
-        /// A shorter run (G1 only, 3 repetitions).
+        /// A shorter run (G1 only, 2 repetitions; under 10 minutes on 2 cores).
         #[arg(long)]
         quick: bool,
+        /// Add the Spark jobs (PageRank, group-by) on the first collector; needs
+        /// scripts/spark-setup.sh once.
+        #[arg(long)]
+        spark: bool,
+        /// Only the Spark jobs (implies --spark).
+        #[arg(long)]
+        spark_only: bool,
+        /// Skip the kernel baseline (zram swap under a cgroup memory limit; needs root).
+        #[arg(long)]
+        no_kernel: bool,
+        /// Java heap of the matrix workloads, MiB.
+        #[arg(long)]
+        heap_mb: Option<u64>,
+        /// Collectors, comma-separated (default G1,Parallel,Shenandoah; G1 with --quick).
+        #[arg(long, value_delimiter = ',')]
+        collectors: Option<Vec<String>>,
         /// Repetitions (overrides the preset).
         #[arg(long)]
         reps: Option<usize>,
@@ -125,6 +147,7 @@ fn main() -> ExitCode {
             handlers,
             token,
             dirty,
+            agent_env,
             quiet,
             command,
         } => {
@@ -140,6 +163,7 @@ fn main() -> ExitCode {
                 dirty,
                 prefetch,
                 streams,
+                agent_env,
             };
             match launch(&cfg, &command, false) {
                 Ok(out) => {
@@ -197,7 +221,16 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         },
-        Cmd::Bench { quick, reps, out } => {
+        Cmd::Bench {
+            quick,
+            spark,
+            spark_only,
+            no_kernel,
+            heap_mb,
+            collectors,
+            reps,
+            out,
+        } => {
             let out = out.unwrap_or_else(|| {
                 let root = locate::project_root().unwrap_or_else(|_| PathBuf::from("."));
                 root.join("benchmarks/results").join(timestamp())
@@ -210,6 +243,23 @@ fn main() -> ExitCode {
             if let Some(r) = reps {
                 cfg.reps = r.max(1);
             }
+            if spark_only {
+                cfg.workloads.clear();
+            }
+            if spark || spark_only {
+                cfg.workloads
+                    .extend(bench::spark::Job::ALL.map(bench::BenchWorkload::Spark));
+            }
+            cfg.kernel = !no_kernel;
+            if let Some(h) = heap_mb {
+                cfg.heap_mb = h.max(16);
+            }
+            if let Some(c) = collectors {
+                cfg.collectors = c;
+            }
+            cfg.command = std::env::args()
+                .skip(1)
+                .fold("memliner".to_string(), |a, b| a + " " + &b);
             match bench::run(&cfg) {
                 Ok(report) => {
                     eprintln!("memliner: report written to {}", report.display());

@@ -26,6 +26,9 @@ pub struct RunConfig {
     pub prefetch: Option<usize>,
     /// `streams=` value: `thread` or `class`.
     pub streams: Option<String>,
+    /// Hand the `-agentpath:` argument over in this environment variable instead of putting
+    /// it on the command line (for launchers such as spark-submit that start the JVM).
+    pub agent_env: Option<String>,
 }
 
 impl Default for RunConfig {
@@ -42,6 +45,7 @@ impl Default for RunConfig {
             dirty: None,
             prefetch: None,
             streams: None,
+            agent_env: None,
         }
     }
 }
@@ -153,7 +157,15 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
             ))
         });
         let _ = std::fs::remove_file(&stats);
-        cmd.arg(agent_arg(&agent, cfg, server.as_deref(), &stats));
+        let arg = agent_arg(&agent, cfg, server.as_deref(), &stats);
+        match &cfg.agent_env {
+            Some(var) => {
+                cmd.env(var, arg);
+            }
+            None => {
+                cmd.arg(arg);
+            }
+        }
         stats_path = Some(stats);
     }
     cmd.args(args);
@@ -173,6 +185,13 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
         .wait_with_output()
         .map_err(|e| format!("waiting for {program}: {e}"))?;
     let wall = started.elapsed();
+    if let Some(h) = &embedded {
+        // A launcher (spark-submit, a shell script) may exit before the JVM it started: keep
+        // serving until the agent has disconnected, or the JVM would die on a closed server.
+        if !h.wait_idle(Duration::from_secs(120)) {
+            eprintln!("memliner: a JVM still holds pages on the embedded server 120 s after the command exited; stopping the server");
+        }
+    }
     let stats = stats_path.as_ref().and_then(|p| {
         let doc = std::fs::read_to_string(p).ok()?;
         if cfg.stats.is_none() {

@@ -38,6 +38,8 @@ struct Shared {
     pages_read: AtomicU64,
     pages_written: AtomicU64,
     namespaces: Mutex<HashMap<String, Arc<Namespace>>>,
+    /// Notified whenever a namespace goes away (its last connection closed).
+    namespace_gone: std::sync::Condvar,
     stopping: AtomicBool,
 }
 
@@ -61,6 +63,22 @@ impl ServerHandle {
     /// Pages currently stored, across all namespaces.
     pub fn pages_stored(&self) -> u64 {
         self.shared.used_pages.load(Ordering::Relaxed)
+    }
+
+    /// Clients (namespaces) connected now.
+    pub fn clients(&self) -> usize {
+        lock(&self.shared.namespaces).len()
+    }
+
+    /// Waits until no client is connected, at most `timeout`; `true` if none is.
+    pub fn wait_idle(&self, timeout: std::time::Duration) -> bool {
+        let all = lock(&self.shared.namespaces);
+        let (all, _) = self
+            .shared
+            .namespace_gone
+            .wait_timeout_while(all, timeout, |a| !a.is_empty())
+            .unwrap_or_else(|e| e.into_inner());
+        all.is_empty()
     }
 
     /// Stops accepting connections and waits for the accept loop to end.
@@ -92,6 +110,7 @@ pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle
         pages_read: AtomicU64::new(0),
         pages_written: AtomicU64::new(0),
         namespaces: Mutex::new(HashMap::new()),
+        namespace_gone: std::sync::Condvar::new(),
         stopping: AtomicBool::new(false),
     });
     let s = shared.clone();
@@ -151,6 +170,7 @@ impl Drop for Attachment<'_> {
             all.remove(&self.name);
             let freed = lock(&self.ns.pages).drain().count() as u64;
             self.shared.used_pages.fetch_sub(freed, Ordering::SeqCst);
+            self.shared.namespace_gone.notify_all();
         }
     }
 }

@@ -197,6 +197,8 @@ pub struct PagerCounters {
     pub promoted: AtomicU64,
     /// Pages evicted from the cold queue.
     pub evicted_cold: AtomicU64,
+    /// Pages a stop-the-world pause brought in, made cold when it ended.
+    pub demoted_after_pause: AtomicU64,
     /// Concurrent GC cycles seen in the concurrent GC threads' fault stream (a gap of more
     /// than [`CYCLE_GAP`] between their faults starts a new cycle).
     pub concurrent_cycles: AtomicU64,
@@ -287,6 +289,11 @@ struct Shared {
     queue: Mutex<Queues>,
     /// Prefetch streams, workers and markers; `None` when prefetching is off.
     prefetch: Option<prefetch_io::Prefetch>,
+    /// Pages admitted `ColdAfterPause` during the current stop-the-world pause.
+    pause_pages: Mutex<Vec<u32>>,
+    /// Pauses the JVM reported finished, and those whose pages were made cold.
+    pauses_ended: AtomicU64,
+    pauses_demoted: AtomicU64,
     /// Nanoseconds since `epoch` of the last concurrent GC thread fault.
     last_concurrent_fault: AtomicU64,
     epoch: Instant,
@@ -365,6 +372,9 @@ impl Pager {
             config,
             store,
             queue: Mutex::new(Queues::default()),
+            pause_pages: Mutex::new(Vec::new()),
+            pauses_ended: AtomicU64::new(0),
+            pauses_demoted: AtomicU64::new(0),
             last_concurrent_fault: AtomicU64::new(0),
             epoch: Instant::now(),
             classifier,
@@ -456,6 +466,13 @@ impl Pager {
 
     pub fn policy_name(&self) -> &'static str {
         self.shared.config.policy.name()
+    }
+
+    /// A stop-the-world GC pause has ended (JVMTI GarbageCollectionFinish): the pages its
+    /// GC threads brought in become cold at the next eviction. Only an atomic increment, so
+    /// it may be called from the GC's own callback.
+    pub fn gc_pause_finished(&self) {
+        self.shared.pauses_ended.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The residency map: `npages` bytes, 0 = resident. Valid while the pager lives.
@@ -817,11 +834,23 @@ impl Shared {
         let cold = admission == Admission::Cold;
         self.cold[p].store(cold, Ordering::Relaxed);
         self.referenced[p].store(referenced && !cold, Ordering::Relaxed);
-        let mut q = self.queue.lock().unwrap();
-        if cold {
-            q.cold.push_back(p as u32);
-        } else {
-            q.hot.push_back(p as u32);
+        {
+            let mut q = self.queue.lock().unwrap();
+            if cold {
+                q.cold.push_back(p as u32);
+            } else {
+                q.hot.push_back(p as u32);
+            }
+        }
+        if admission == Admission::ColdAfterPause {
+            let mut pp = self.pause_pages.lock().unwrap();
+            pp.push(p as u32);
+            // A pause that never ends (no JVMTI events, a runaway full GC): do not hold more
+            // than a budget's worth of pages hot for it.
+            if pp.len() > self.config.budget_pages {
+                drop(pp);
+                self.demote_pause_pages(true);
+            }
         }
     }
 
@@ -830,8 +859,32 @@ impl Shared {
         self.peak_resident.fetch_max(r, Ordering::Relaxed);
     }
 
+    /// Makes the pages of finished pauses cold.
+    fn demote_pause_pages(&self, force: bool) {
+        let ended = self.pauses_ended.load(Ordering::SeqCst);
+        if !force && self.pauses_demoted.swap(ended, Ordering::SeqCst) == ended {
+            return;
+        }
+        let pages = std::mem::take(&mut *self.pause_pages.lock().unwrap());
+        let mut q = self.queue.lock().unwrap();
+        let mut n = 0;
+        for p in pages {
+            let p = p as usize;
+            if is_resident(self.state[p].load(Ordering::SeqCst))
+                && !self.cold[p].swap(true, Ordering::Relaxed)
+            {
+                q.cold.push_back(p as u32);
+                n += 1;
+            }
+        }
+        self.counters
+            .demoted_after_pause
+            .fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Picks up to one batch of victims and evicts them.
     fn evict_batch(&self) -> Evicted {
+        self.demote_pause_pages(false);
         // Evict a whole batch even when one page would do: the write-back, the write-protect
         // and the discard are then paid once per batch, and the next faults find room.
         let want = self.config.evict_batch.max(1);
@@ -872,6 +925,9 @@ impl Shared {
                 let s = self.state[p].load(Ordering::SeqCst);
                 if !is_resident(s) {
                     continue; // stale entry
+                }
+                if self.cold[p].load(Ordering::Relaxed) {
+                    continue; // demoted: it waits in the cold queue
                 }
                 if self.referenced[p].swap(false, Ordering::Relaxed) {
                     q.hot.push_back(p as u32);

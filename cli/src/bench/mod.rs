@@ -1,0 +1,537 @@
+//! `memliner bench`: the policy matrix, measured side by side in one run.
+//!
+//! Workloads x collectors x {no agent, `policy=baseline`, `policy=memliner`, kernel swap} x
+//! local memory {100, 50, 25, 13%}. Each repetition runs every cell once, cells interleaved
+//! (the two policies swap order every repetition) so that drift on a shared machine hits all
+//! alike; the report gives medians of repetitions and ratios of those medians. Every run's
+//! checksum must equal the all-local run's, or the bench stops.
+//!
+//! Output in `benchmarks/results/<stamp>/`: `report.md`, `runs.csv` (one row per run),
+//! `raw.json` (everything, with the agent's stats), and PNG plots.
+
+mod kernel;
+mod plots;
+mod report;
+pub mod spark;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::run::{launch, RunConfig};
+use crate::workloads::{self, Workload};
+
+/// Local memory ratios of the matrix, in percent of the heap.
+pub const LOCALS: [u32; 4] = [100, 50, 25, 13];
+/// Local ratios of the (minutes-long) Spark jobs.
+pub const SPARK_LOCALS: [u32; 2] = [100, 25];
+
+/// How a cell runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Plain JVM, all heap local: the reference.
+    NoAgent,
+    Baseline,
+    Memliner,
+    /// No agent; the kernel swaps to zram under a cgroup memory limit that leaves the heap
+    /// the same local share as the agent's budget (see `kernel_limit`).
+    Kernel,
+    /// `policy=baseline` with `dirty=assume`, for the dirty-tracking comparison.
+    BaselineAssume,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::NoAgent => "no-agent",
+            Mode::Baseline => "baseline",
+            Mode::Memliner => "memliner",
+            Mode::Kernel => "kernel-zram",
+            Mode::BaselineAssume => "baseline-dirty-assume",
+        }
+    }
+}
+
+/// A workload the bench can run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BenchWorkload {
+    Java(Workload),
+    /// A Spark job in local mode (see `spark`).
+    Spark(spark::Job),
+}
+
+impl BenchWorkload {
+    pub fn name(&self) -> String {
+        match self {
+            BenchWorkload::Java(w) => w.name().to_string(),
+            BenchWorkload::Spark(j) => format!("spark-{}", j.name()),
+        }
+    }
+}
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    pub reps: usize,
+    pub collectors: Vec<String>,
+    pub workloads: Vec<BenchWorkload>,
+    pub locals: Vec<u32>,
+    pub heap_mb: u64,
+    pub kernel: bool,
+    pub out: PathBuf,
+    pub tcp_mib: usize,
+    /// The command line that produced the report, for the report.
+    pub command: String,
+}
+
+impl BenchConfig {
+    /// Under 10 minutes on 2 cores: G1, both workloads on a 32 MiB heap, 2 repetitions.
+    pub fn quick(out: PathBuf) -> Self {
+        BenchConfig {
+            reps: 2,
+            collectors: vec!["G1".into()],
+            workloads: Workload::ALL.map(BenchWorkload::Java).to_vec(),
+            locals: LOCALS.to_vec(),
+            heap_mb: 32,
+            kernel: true,
+            out,
+            tcp_mib: 64,
+            command: "memliner bench --quick".into(),
+        }
+    }
+
+    pub fn full(out: PathBuf) -> Self {
+        BenchConfig {
+            reps: 3,
+            collectors: vec!["G1".into(), "Parallel".into(), "Shenandoah".into()],
+            workloads: Workload::ALL.map(BenchWorkload::Java).to_vec(),
+            locals: LOCALS.to_vec(),
+            heap_mb: 32,
+            kernel: true,
+            out,
+            tcp_mib: 256,
+            command: "memliner bench".into(),
+        }
+    }
+}
+
+/// One run of one cell.
+#[derive(Clone, Debug, Serialize)]
+pub struct Record {
+    pub rep: usize,
+    pub workload: String,
+    pub collector: String,
+    pub mode: Mode,
+    pub local: u32,
+    pub wall_ms: f64,
+    /// The workload's own timing (its RESULT line).
+    pub workload_ms: f64,
+    pub checksum: String,
+    /// `ok`, or why there is no timing (`oom-killed`, `skipped: ...`).
+    pub outcome: String,
+    /// The agent's stats document.
+    pub stats: Option<Value>,
+    /// The kernel baseline's figures: limit, peak usage, major faults, swap-ins.
+    pub kernel: Option<Value>,
+}
+
+impl Record {
+    pub fn ok(&self) -> bool {
+        self.outcome == "ok"
+    }
+
+    /// A number from the agent's stats.
+    pub fn stat(&self, path: &[&str]) -> Option<f64> {
+        let mut cur = self.stats.as_ref()?;
+        for k in path {
+            cur = cur.get(k)?;
+        }
+        cur.as_f64()
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The JVM command line of a Java workload, its live set scaled with the heap (the defaults
+/// are sized for 64 MiB).
+pub fn java_command(classes: &Path, w: Workload, collector: &str, heap_mb: u64) -> Vec<String> {
+    let mut cmd: Vec<String> = vec![
+        crate::locate::java().display().to_string(),
+        format!("-XX:+Use{collector}GC"),
+        format!("-Xms{heap_mb}m"),
+        format!("-Xmx{heap_mb}m"),
+        "-cp".into(),
+        classes.display().to_string(),
+        w.class().into(),
+    ];
+    let scaled = |n: u64| (n * heap_mb / 64).to_string();
+    match w {
+        Workload::Graph => cmd.extend(["--nodes".into(), scaled(60_000)]),
+        // Half the default operations: paged at 13%, the full count takes minutes.
+        Workload::Kv => cmd.extend([
+            "--keys".into(),
+            scaled(200_000),
+            "--capacity".into(),
+            scaled(100_000),
+            "--ops".into(),
+            scaled(300_000),
+        ]),
+    }
+    cmd
+}
+
+/// What a finished run printed, checked: (checksum, workload ms).
+fn checked(out: &crate::run::RunOutcome, what: &str) -> Result<(String, f64), String> {
+    let result = workloads::parse_result(&out.stdout).ok_or_else(|| {
+        format!(
+            "{what}: no RESULT line (exit {}); stderr: {}",
+            out.status,
+            tail(&out.stderr)
+        )
+    })?;
+    if !out.status.success() || workloads::field(&result, "verified") != Some("true") {
+        return Err(format!(
+            "{what}: failed ({}): {}",
+            out.status,
+            tail(&out.stderr)
+        ));
+    }
+    let ms = workloads::field(&result, "elapsed_ms")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN);
+    let sum = workloads::field(&result, "checksum")
+        .unwrap_or("?")
+        .to_string();
+    Ok((sum, ms))
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.trim().lines().collect();
+    lines[lines.len().saturating_sub(6)..].join("\n")
+}
+
+/// One planned run.
+#[derive(Clone, Debug)]
+struct Planned {
+    rep: usize,
+    workload: BenchWorkload,
+    collector: String,
+    mode: Mode,
+    local: u32,
+}
+
+fn plan(cfg: &BenchConfig) -> Vec<Planned> {
+    let mut out = Vec::new();
+    for rep in 0..cfg.reps {
+        for c in &cfg.collectors {
+            for w in &cfg.workloads {
+                let java = matches!(w, BenchWorkload::Java(_));
+                // Spark jobs are long: the first collector only, and no kernel run (the
+                // cgroup would also hold the Python driver).
+                if !java && *c != cfg.collectors[0] {
+                    continue;
+                }
+                let p = |mode, local| Planned {
+                    rep,
+                    workload: w.clone(),
+                    collector: c.clone(),
+                    mode,
+                    local,
+                };
+                out.push(p(Mode::NoAgent, 100));
+                let locals: Vec<u32> = if java {
+                    cfg.locals.clone()
+                } else {
+                    SPARK_LOCALS.to_vec()
+                };
+                for &local in &locals {
+                    // Alternate which policy goes first, so that neither always runs on a
+                    // machine the other just warmed or disturbed.
+                    let order = if rep % 2 == 0 {
+                        [Mode::Baseline, Mode::Memliner]
+                    } else {
+                        [Mode::Memliner, Mode::Baseline]
+                    };
+                    for m in order {
+                        out.push(p(m, local));
+                    }
+                    // Sized from this repetition's memliner run at 100% (which comes first).
+                    if cfg.kernel && java && local < 100 {
+                        out.push(p(Mode::Kernel, local));
+                    }
+                }
+                if *c == cfg.collectors[0] && matches!(w, BenchWorkload::Java(Workload::Graph)) {
+                    out.push(p(Mode::BaselineAssume, 25));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs the whole benchmark and writes the report files under `cfg.out`.
+pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
+    let root = crate::locate::project_root()?;
+    let classes = workloads::ensure_built(&root)?;
+    std::fs::create_dir_all(&cfg.out)
+        .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
+    let spark_env = if cfg
+        .workloads
+        .iter()
+        .any(|w| matches!(w, BenchWorkload::Spark(_)))
+    {
+        Some(spark::prepare(&root)?)
+    } else {
+        None
+    };
+    let kernel_skip = if cfg.kernel {
+        kernel::available(&root).err()
+    } else {
+        Some("not asked for".to_string())
+    };
+    if let Some(why) = &kernel_skip {
+        eprintln!("memliner: kernel baseline skipped: {why}");
+    }
+
+    let planned = plan(cfg);
+    let bar = ProgressBar::new(planned.len() as u64 + 1);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} [{elapsed_precise}, eta {eta}]")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let started = Instant::now();
+    let mut records: Vec<Record> = Vec::new();
+    for p in &planned {
+        bar.set_message(format!(
+            "rep {} {} {} {} {}%",
+            p.rep + 1,
+            p.collector,
+            p.workload.name(),
+            p.mode.name(),
+            p.local
+        ));
+        let what = format!(
+            "{} {} {} {}%",
+            p.workload.name(),
+            p.collector,
+            p.mode.name(),
+            p.local
+        );
+        let rec = match p.mode {
+            Mode::Kernel => {
+                let limit = records
+                    .iter()
+                    .rev()
+                    .find(|r| {
+                        r.rep == p.rep
+                            && r.workload == p.workload.name()
+                            && r.collector == p.collector
+                            && r.mode == Mode::Memliner
+                            && r.local == 100
+                    })
+                    .and_then(|r| kernel_limit(r, p.local));
+                match (&kernel_skip, limit) {
+                    (Some(why), _) => skipped(p, why),
+                    (None, None) => skipped(p, "no memliner run at 100% to size the limit from"),
+                    (None, Some(limit)) => {
+                        let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
+                        kernel::run(&root, limit as u64, &cmd, p, &what)?
+                    }
+                }
+            }
+            _ => {
+                let rc = run_config(p, spark_env.is_some());
+                let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
+                let out = launch(&rc, &cmd, true)?;
+                let (checksum, ms) = checked(&out, &what)?;
+                Record {
+                    rep: p.rep,
+                    workload: p.workload.name(),
+                    collector: p.collector.clone(),
+                    mode: p.mode,
+                    local: p.local,
+                    wall_ms: out.wall.as_secs_f64() * 1e3,
+                    workload_ms: ms,
+                    checksum,
+                    outcome: "ok".into(),
+                    stats: out.stats,
+                    kernel: None,
+                }
+            }
+        };
+        // Every paged run must compute what the all-local run computed.
+        if rec.ok() && rec.mode != Mode::NoAgent {
+            let reference = records.iter().find(|r| {
+                r.workload == rec.workload
+                    && r.mode == Mode::NoAgent
+                    && r.collector == rec.collector
+            });
+            if let Some(r) = reference {
+                if r.checksum != rec.checksum {
+                    return Err(format!(
+                        "{what}: checksum {} differs from the all-local run's {}",
+                        rec.checksum, r.checksum
+                    ));
+                }
+            }
+        }
+        records.push(rec);
+        bar.inc(1);
+    }
+    bar.set_message("tcp loopback");
+    let (wgbs, rgbs) = tcp_throughput(cfg.tcp_mib, cfg.reps)?;
+    bar.finish_with_message(format!("done in {:.0} s", started.elapsed().as_secs_f64()));
+
+    let extras = report::Extras {
+        tcp_write_gbs: wgbs,
+        tcp_read_gbs: rgbs,
+        kernel_skipped: kernel_skip.filter(|_| cfg.kernel),
+        elapsed_s: started.elapsed().as_secs_f64(),
+    };
+    let md = report::markdown(cfg, &records, &extras);
+    let plots = plots::draw(cfg, &records, &cfg.out);
+    let md = match &plots {
+        Ok(files) => report::with_plots(md, files),
+        Err(e) => format!("{md}\nPlots not drawn: {e}\n"),
+    };
+    let report_path = cfg.out.join("report.md");
+    std::fs::write(&report_path, &md).map_err(|e| e.to_string())?;
+    std::fs::write(cfg.out.join("runs.csv"), report::csv(&records)).map_err(|e| e.to_string())?;
+    let raw = serde_json::json!({
+        "command": cfg.command, "heap_mb": cfg.heap_mb, "reps": cfg.reps,
+        "tcp": {"mib": cfg.tcp_mib, "write_gbs": wgbs, "read_gbs": rgbs},
+        "runs": records,
+    });
+    std::fs::write(
+        cfg.out.join("raw.json"),
+        serde_json::to_string_pretty(&raw).unwrap_or_default(),
+    )
+    .map_err(|e| e.to_string())?;
+    print!("{md}");
+    Ok(report_path)
+}
+
+/// The cgroup limit that leaves the heap `local`% resident: what the JVM holds besides its
+/// heap (peak RSS less resident heap pages, from the agent's run at 100% local, so it
+/// includes the agent's own memory: a gift to the kernel) plus `local`% of the heap.
+fn kernel_limit(all_local: &Record, local: u32) -> Option<f64> {
+    let rss = all_local.stat(&["process", "peak_rss_bytes"])?;
+    let heap_resident = all_local.stat(&["pager", "peak_resident_pages"])? * 4096.0;
+    let heap = all_local.stat(&["pager", "heap_pages"])? * 4096.0;
+    Some((rss - heap_resident).max(0.0) + heap * local as f64 / 100.0)
+}
+
+fn skipped(p: &Planned, why: &str) -> Record {
+    Record {
+        rep: p.rep,
+        workload: p.workload.name(),
+        collector: p.collector.clone(),
+        mode: p.mode,
+        local: p.local,
+        wall_ms: f64::NAN,
+        workload_ms: f64::NAN,
+        checksum: String::new(),
+        outcome: format!("skipped: {why}"),
+        stats: None,
+        kernel: None,
+    }
+}
+
+fn run_config(p: &Planned, spark: bool) -> RunConfig {
+    let base = RunConfig {
+        local: format!("{}%", p.local),
+        agent_env: match p.workload {
+            BenchWorkload::Spark(_) if spark => Some(spark::AGENT_ENV.into()),
+            _ => None,
+        },
+        ..RunConfig::default()
+    };
+    match p.mode {
+        Mode::NoAgent | Mode::Kernel => RunConfig {
+            agent: false,
+            ..base
+        },
+        Mode::Baseline => RunConfig {
+            policy: "baseline".into(),
+            ..base
+        },
+        Mode::BaselineAssume => RunConfig {
+            policy: "baseline".into(),
+            dirty: Some("assume".into()),
+            ..base
+        },
+        Mode::Memliner => base,
+    }
+}
+
+fn command_for(
+    classes: &Path,
+    spark_env: Option<&spark::Env>,
+    heap_mb: u64,
+    p: &Planned,
+) -> Result<Vec<String>, String> {
+    match &p.workload {
+        BenchWorkload::Java(w) => Ok(java_command(classes, *w, &p.collector, heap_mb)),
+        BenchWorkload::Spark(job) => Ok(spark_env
+            .ok_or("spark workloads need the spark environment")?
+            .command(*job, &p.collector)),
+    }
+}
+
+/// Pipelined page reads and writes over TCP loopback: (write GB/s, read GB/s) medians.
+pub fn tcp_throughput(mib: usize, reps: usize) -> Result<(f64, f64), String> {
+    use swap_backend::{PageStore, TcpOptions, TcpStore, PAGE_SIZE};
+    let server = crate::run::embedded_server()?;
+    let store = TcpStore::connect(
+        &server.local_addr().to_string(),
+        TcpOptions {
+            namespace: "bench".into(),
+            connections: 1,
+            ..TcpOptions::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let pages = mib * 256;
+    let batch = 1024;
+    let data: Vec<u8> = (0..batch * PAGE_SIZE).map(|i| i as u8).collect();
+    let mut buf = vec![0u8; batch * PAGE_SIZE];
+    let (mut w, mut r) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let t = Instant::now();
+        for start in (0..pages).step_by(batch) {
+            let ids: Vec<u64> = (start as u64..(start + batch) as u64).collect();
+            store.write_pages(&ids, &data).map_err(|e| e.to_string())?;
+        }
+        w.push((pages * PAGE_SIZE) as f64 / t.elapsed().as_secs_f64() / 1e9);
+        let t = Instant::now();
+        for start in (0..pages).step_by(batch) {
+            let ids: Vec<u64> = (start as u64..(start + batch) as u64).collect();
+            store
+                .read_pages(&ids, &mut buf)
+                .map_err(|e| e.to_string())?;
+        }
+        r.push((pages * PAGE_SIZE) as f64 / t.elapsed().as_secs_f64() / 1e9);
+        if buf != data {
+            return Err("pages read back differ from those written".into());
+        }
+    }
+    drop(store);
+    server.stop();
+    Ok((median(w), median(r)))
+}

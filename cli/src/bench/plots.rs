@@ -1,0 +1,359 @@
+//! PNG plots of a bench run (plotters, bitmap backend; text drawn with a system TrueType
+//! font through ab_glyph, so no fontconfig is needed).
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::report::{app_demand, cell, class_faults, med, prefetch};
+use super::{BenchConfig, Mode, Record};
+
+const FONT_FILES: [&str; 3] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+];
+
+fn register_font() -> Result<(), String> {
+    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        let file = FONT_FILES
+            .iter()
+            .find(|f| Path::new(f).is_file())
+            .ok_or("no DejaVuSans.ttf found (apt-get install fonts-dejavu-core)")?;
+        let bytes = std::fs::read(file).map_err(|e| format!("{file}: {e}"))?;
+        plotters::style::register_font("sans-serif", FontStyle::Normal, Box::leak(bytes.into()))
+            .map_err(|_| format!("{file} is not a usable font"))
+    })
+    .clone()
+}
+
+fn e<E: std::fmt::Debug>(err: E) -> String {
+    format!("{err:?}")
+}
+
+const MODES: [(Mode, RGBColor); 3] = [
+    (Mode::Baseline, RGBColor(214, 39, 40)),
+    (Mode::Memliner, RGBColor(31, 119, 180)),
+    (Mode::Kernel, RGBColor(44, 160, 44)),
+];
+
+fn workloads(rs: &[Record]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for r in rs {
+        if !v.contains(&r.workload) {
+            v.push(r.workload.clone());
+        }
+    }
+    v
+}
+
+/// Draws every plot into `dir`; returns the file names.
+pub fn draw(cfg: &BenchConfig, rs: &[Record], dir: &Path) -> Result<Vec<String>, String> {
+    register_font()?;
+    let mut files = Vec::new();
+    slowdown(cfg, rs, &dir.join("slowdown.png"))?;
+    files.push("slowdown.png".to_string());
+    faults_by_class(cfg, rs, &dir.join("faults-by-class.png"))?;
+    files.push("faults-by-class.png".to_string());
+    prefetch_effect(cfg, rs, &dir.join("prefetch.png"))?;
+    files.push("prefetch.png".to_string());
+    Ok(files)
+}
+
+/// Slowdown vs local ratio, one panel per workload and collector, one line per mode.
+fn slowdown(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String> {
+    let ws = workloads(rs);
+    let (rows, cols) = (ws.len(), cfg.collectors.len());
+    let root = BitMapBackend::new(path, (420 * cols as u32, 320 * rows as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let panels = root.split_evenly((rows, cols));
+    let mut top = 1.0f64;
+    for w in &ws {
+        for c in &cfg.collectors {
+            let n = med(&cell(rs, w, c, Mode::NoAgent, 100), |r| Some(r.wall_ms));
+            for (m, _) in MODES {
+                for &l in &cfg.locals {
+                    let v = med(&cell(rs, w, c, m, l), |r| Some(r.wall_ms)) / n;
+                    if v.is_finite() {
+                        top = top.max(v);
+                    }
+                }
+            }
+        }
+    }
+    for (i, w) in ws.iter().enumerate() {
+        for (j, c) in cfg.collectors.iter().enumerate() {
+            let area = &panels[i * cols + j];
+            let n = med(&cell(rs, w, c, Mode::NoAgent, 100), |r| Some(r.wall_ms));
+            let mut chart = ChartBuilder::on(area)
+                .caption(format!("{w}, {c}"), ("sans-serif", 18))
+                .margin(10)
+                .x_label_area_size(32)
+                .y_label_area_size(48)
+                .build_cartesian_2d(0f64..105f64, (0.8f64..top * 1.5).log_scale())
+                .map_err(e)?;
+            chart
+                .configure_mesh()
+                .x_desc("local memory, % of heap")
+                .y_desc("slowdown vs all-local")
+                .label_style(("sans-serif", 12))
+                .draw()
+                .map_err(e)?;
+            for (m, color) in MODES {
+                let pts: Vec<(f64, f64)> = cfg
+                    .locals
+                    .iter()
+                    .map(|&l| {
+                        let v = med(&cell(rs, w, c, m, l), |r| Some(r.wall_ms)) / n;
+                        (
+                            l as f64,
+                            if m == Mode::Kernel && l == 100 {
+                                1.0
+                            } else {
+                                v
+                            },
+                        )
+                    })
+                    .filter(|p| p.1.is_finite())
+                    .collect();
+                if pts.is_empty() {
+                    continue;
+                }
+                chart
+                    .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                    .map_err(e)?
+                    .label(m.name())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                    });
+                chart
+                    .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
+                    .map_err(e)?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .label_font(("sans-serif", 12))
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(e)?;
+        }
+    }
+    root.present().map_err(e)
+}
+
+const CLASSES: [(&str, RGBColor); 4] = [
+    ("application", RGBColor(31, 119, 180)),
+    ("gc", RGBColor(214, 39, 40)),
+    ("gc-concurrent", RGBColor(255, 127, 14)),
+    ("other", RGBColor(127, 127, 127)),
+];
+
+fn class_remote(r: &Record, class: &str) -> Option<f64> {
+    if class == "other" {
+        Some(
+            ["jit", "vm", "other"]
+                .iter()
+                .filter_map(|k| class_faults(r, k, "remote"))
+                .sum(),
+        )
+    } else {
+        class_faults(r, class, "remote")
+    }
+}
+
+/// Remote demand faults by thread class, stacked, for each local ratio and policy (first
+/// collector; one panel per workload).
+fn faults_by_class(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String> {
+    let ws = workloads(rs);
+    let c = &cfg.collectors[0];
+    let locals: Vec<u32> = cfg.locals.iter().copied().filter(|l| *l < 100).collect();
+    let root = BitMapBackend::new(path, (520 * ws.len() as u32, 380)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let panels = root.split_evenly((1, ws.len()));
+    for (i, w) in ws.iter().enumerate() {
+        let bars: Vec<(String, Vec<f64>)> = locals
+            .iter()
+            .flat_map(|&l| {
+                [Mode::Baseline, Mode::Memliner].map(|m| {
+                    let cl = cell(rs, w, c, m, l);
+                    let short = if m == Mode::Baseline { "B" } else { "M" };
+                    (
+                        format!("{l}% {short}"),
+                        CLASSES
+                            .iter()
+                            .map(|(k, _)| med(&cl, |r| class_remote(r, k)))
+                            .map(|v| if v.is_finite() { v } else { 0.0 })
+                            .collect(),
+                    )
+                })
+            })
+            .collect();
+        let top = bars
+            .iter()
+            .map(|b| b.1.iter().sum::<f64>())
+            .fold(1.0, f64::max);
+        let mut chart = ChartBuilder::on(&panels[i])
+            .caption(
+                format!("{w}, {c}: remote faults by thread class (B baseline, M memliner)"),
+                ("sans-serif", 15),
+            )
+            .margin(10)
+            .x_label_area_size(32)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..bars.len() as f64, 0f64..top * 1.1)
+            .map_err(e)?;
+        let names: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(bars.len() * 2 + 1)
+            .x_label_formatter(&|x| {
+                let k = (*x - 0.5).round();
+                if (x - 0.5 - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < names.len() {
+                    names[k as usize].clone()
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc("faults")
+            .label_style(("sans-serif", 11))
+            .draw()
+            .map_err(e)?;
+        for (k, (class, color)) in CLASSES.iter().enumerate() {
+            let rects: Vec<Rectangle<(f64, f64)>> = bars
+                .iter()
+                .enumerate()
+                .map(|(x, (_, v))| {
+                    let below: f64 = v[..k].iter().sum();
+                    Rectangle::new(
+                        [(x as f64 + 0.15, below), (x as f64 + 0.85, below + v[k])],
+                        color.filled(),
+                    )
+                })
+                .collect();
+            let color = *color;
+            chart
+                .draw_series(rects)
+                .map_err(e)?
+                .label(*class)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(("sans-serif", 12))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(e)?;
+    }
+    root.present().map_err(e)
+}
+
+/// A line: label, colour, marker (0 circle, 1 triangle), points.
+type Series = (String, RGBColor, u32, Vec<(f64, f64)>);
+
+/// Application-stream prefetch accuracy and coverage vs local ratio, per policy and workload
+/// (first collector), with the application's demand faults for scale.
+fn prefetch_effect(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String> {
+    let ws = workloads(rs);
+    let c = &cfg.collectors[0];
+    let root = BitMapBackend::new(path, (1260, 360)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let panels = root.split_evenly((1, 3));
+    let locals: Vec<u32> = cfg.locals.iter().copied().filter(|l| *l < 100).collect();
+    let dashes = [0u32, 1];
+    for (p, (title, key)) in [
+        ("application prefetch accuracy", "accuracy"),
+        ("application prefetch coverage", "coverage"),
+        ("application demand faults (thousands)", "demand"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let series: Vec<Series> = ws
+            .iter()
+            .enumerate()
+            .flat_map(|(wi, w)| {
+                [Mode::Baseline, Mode::Memliner].map(|m| {
+                    let color = MODES.iter().find(|x| x.0 == m).unwrap().1;
+                    let pts = locals
+                        .iter()
+                        .map(|&l| {
+                            let cl = cell(rs, w, c, m, l);
+                            let v = if *key == "demand" {
+                                med(&cl, app_demand) / 1000.0
+                            } else {
+                                med(&cl, |r| prefetch(r, "application", key)) * 100.0
+                            };
+                            (l as f64, v)
+                        })
+                        .filter(|p| p.1.is_finite())
+                        .collect();
+                    (format!("{w} {}", m.name()), color, dashes[wi % 2], pts)
+                })
+            })
+            .collect();
+        let top = if *key == "demand" {
+            series
+                .iter()
+                .flat_map(|s| s.3.iter().map(|p| p.1))
+                .fold(1.0, f64::max)
+                * 1.1
+        } else {
+            100.0
+        };
+        let mut chart = ChartBuilder::on(&panels[p])
+            .caption(format!("{title}, {c}"), ("sans-serif", 15))
+            .margin(10)
+            .x_label_area_size(32)
+            .y_label_area_size(48)
+            .build_cartesian_2d(0f64..55f64, 0f64..top)
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .x_desc("local memory, % of heap")
+            .y_desc(if *key == "demand" { "thousands" } else { "%" })
+            .label_style(("sans-serif", 11))
+            .draw()
+            .map_err(e)?;
+        for (label, color, dash, pts) in series {
+            if pts.is_empty() {
+                continue;
+            }
+            let style = color.stroke_width(2);
+            let marker = dash;
+            chart
+                .draw_series(LineSeries::new(pts.clone(), style))
+                .map_err(e)?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+            if marker == 0 {
+                chart
+                    .draw_series(pts.iter().map(|q| Circle::new(*q, 3, color.filled())))
+                    .map_err(e)?;
+            } else {
+                chart
+                    .draw_series(
+                        pts.iter()
+                            .map(|q| TriangleMarker::new(*q, 4, color.filled())),
+                    )
+                    .map_err(e)?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .label_font(("sans-serif", 11))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(e)?;
+    }
+    root.present().map_err(e)
+}

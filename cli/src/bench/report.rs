@@ -1,0 +1,459 @@
+//! The bench's Markdown report and CSV, from the run records. Every ratio is of medians
+//! measured in the same run.
+
+use std::fmt::Write;
+
+use super::{median, BenchConfig, Mode, Record};
+
+/// Figures measured outside the matrix.
+pub struct Extras {
+    pub tcp_write_gbs: f64,
+    pub tcp_read_gbs: f64,
+    pub kernel_skipped: Option<String>,
+    pub elapsed_s: f64,
+}
+
+/// A remote-fault count by class from a record's stats.
+pub fn class_faults(r: &Record, class: &str, kind: &str) -> Option<f64> {
+    r.stat(&["faults", "by_class", class, kind])
+}
+
+/// Application demand faults: pages application threads waited for from the server.
+pub fn app_demand(r: &Record) -> Option<f64> {
+    class_faults(r, "application", "remote")
+}
+
+pub fn prefetch(r: &Record, class: &str, key: &str) -> Option<f64> {
+    if class == "all" {
+        r.stat(&["prefetch", "all", key])
+    } else {
+        r.stat(&["prefetch", "by_class", class, key])
+    }
+}
+
+/// The records of one cell.
+pub fn cell<'a>(
+    rs: &'a [Record],
+    workload: &str,
+    collector: &str,
+    mode: Mode,
+    local: u32,
+) -> Vec<&'a Record> {
+    rs.iter()
+        .filter(|r| {
+            r.workload == workload && r.collector == collector && r.mode == mode && r.local == local
+        })
+        .collect()
+}
+
+/// Median of `f` over the runs of a cell that finished.
+pub fn med(cell: &[&Record], f: impl Fn(&Record) -> Option<f64>) -> f64 {
+    median(
+        cell.iter()
+            .filter(|r| r.ok())
+            .filter_map(|r| f(r))
+            .collect(),
+    )
+}
+
+fn wall(r: &Record) -> Option<f64> {
+    Some(r.wall_ms)
+}
+
+fn fmt(v: f64, digits: usize) -> String {
+    if v.is_finite() {
+        format!("{v:.digits$}")
+    } else {
+        "–".into()
+    }
+}
+
+fn pct(v: f64) -> String {
+    if v.is_finite() {
+        format!("{:.1}%", v * 100.0)
+    } else {
+        "–".into()
+    }
+}
+
+/// Why a cell has no median: every run was OOM-killed or skipped.
+fn outcome_note(cell: &[&Record]) -> Option<String> {
+    if cell.is_empty() || cell.iter().any(|r| r.ok()) {
+        return None;
+    }
+    Some(cell[0].outcome.clone())
+}
+
+fn workloads_of(rs: &[Record]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for r in rs {
+        if !v.contains(&r.workload) {
+            v.push(r.workload.clone());
+        }
+    }
+    v
+}
+
+pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
+    let mut md = String::new();
+    let first = &cfg.collectors[0];
+    let ok_runs = rs.iter().filter(|r| r.ok()).count();
+    let paged_ok = rs
+        .iter()
+        .filter(|r| r.ok() && r.mode != Mode::NoAgent)
+        .count();
+    let _ = writeln!(md, "# memliner bench\n");
+    let _ = writeln!(
+        md,
+        "{} MiB heap (-Xms = -Xmx), {} repetitions, configurations interleaved; every figure is \
+         the median of the repetitions and every ratio a ratio of medians from this run. \
+         {ok_runs} runs finished; all {paged_ok} paged and kernel runs computed the checksum \
+         of the all-local run. Took {:.1} min. Command: `{}`.\n",
+        cfg.heap_mb,
+        cfg.reps,
+        x.elapsed_s / 60.0,
+        cfg.command
+    );
+    let _ = writeln!(
+        md,
+        "Modes: **no-agent** (all local), **baseline** (`policy=baseline`: one global prefetch \
+         stream, one recency queue, every read-in page write-protected to track dirtiness), \
+         **memliner** (`policy=memliner`: pages the GC reads admitted cold, at once for \
+         concurrent tracing and when the pause ends for stop-the-world work; per-thread \
+         prefetch streams; dirty tracking per thread class while it pays), **kernel-zram** (no agent; \
+         the kernel swaps to zram under a cgroup v1 limit of what the JVM holds besides its \
+         heap, measured in the agent's run at 100%, plus the local share of the heap). Local % \
+         is of the heap.\n"
+    );
+    if let Some(why) = &x.kernel_skipped {
+        let _ = writeln!(md, "Kernel baseline skipped: {why}.\n");
+    }
+
+    // Headline.
+    if rs
+        .iter()
+        .any(|r| r.workload == "graph" && r.collector == *first)
+    {
+        let b = cell(rs, "graph", first, Mode::Baseline, 25);
+        let m = cell(rs, "graph", first, Mode::Memliner, 25);
+        let k = cell(rs, "graph", first, Mode::Kernel, 25);
+        let n = cell(rs, "graph", first, Mode::NoAgent, 100);
+        let (bw, mw, nw, kw) = (med(&b, wall), med(&m, wall), med(&n, wall), med(&k, wall));
+        let (ba, ma) = (med(&b, app_demand), med(&m, app_demand));
+        let acc = |c: &[&Record]| med(c, |r| prefetch(r, "application", "accuracy"));
+        let cov = |c: &[&Record]| med(c, |r| prefetch(r, "application", "coverage"));
+        let share = |c: &[&Record]| med(c, |r| r.stat(&["faults", "gc_share_of_remote"]));
+        let _ = writeln!(
+            md,
+            "## Headline: {first}, graph, 25% local — memliner vs baseline\n"
+        );
+        let _ = writeln!(
+            md,
+            "| | baseline | memliner | memliner vs baseline | target |\n|---|---|---|---|---|"
+        );
+        let _ = writeln!(
+            md,
+            "| wall ms (all-local {}) | {} | {} | **{}x faster** | ≥ 1.5x |",
+            fmt(nw, 0),
+            fmt(bw, 0),
+            fmt(mw, 0),
+            fmt(bw / mw, 2)
+        );
+        let _ = writeln!(
+            md,
+            "| application demand faults | {} | {} | **{} fewer** | ≥ 40% |",
+            fmt(ba, 0),
+            fmt(ma, 0),
+            pct(1.0 - ma / ba)
+        );
+        let _ = writeln!(
+            md,
+            "| application-stream prefetch accuracy | {} | {} | | ≥ 80% |",
+            pct(acc(&b)),
+            pct(acc(&m))
+        );
+        let _ = writeln!(
+            md,
+            "| application-stream prefetch coverage | {} | {} | | ≥ 60% |",
+            pct(cov(&b)),
+            pct(cov(&m))
+        );
+        let _ = writeln!(
+            md,
+            "| GC share of remote faults | {} | {} | | |",
+            pct(share(&b)),
+            pct(share(&m))
+        );
+        let _ = writeln!(
+            md,
+            "| kernel-zram, same heap share | {} ms | | memliner/kernel {}x | |\n",
+            outcome_note(&k).unwrap_or_else(|| fmt(kw, 0)),
+            fmt(mw / kw, 1)
+        );
+    }
+
+    // Slowdowns.
+    let _ = writeln!(md, "## Slowdown vs all-local\n");
+    let _ = writeln!(
+        md,
+        "Median wall time over the median all-local wall time of the same workload and collector.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| workload | collector | local | all-local ms | baseline | memliner | kernel-zram | memliner speedup over baseline |\n|---|---|---|---|---|---|---|---|"
+    );
+    for w in workloads_of(rs) {
+        for c in &cfg.collectors {
+            let n = med(&cell(rs, &w, c, Mode::NoAgent, 100), wall);
+            for &l in &cfg.locals {
+                let b = med(&cell(rs, &w, c, Mode::Baseline, l), wall);
+                let m = med(&cell(rs, &w, c, Mode::Memliner, l), wall);
+                let kc = cell(rs, &w, c, Mode::Kernel, l);
+                let k = med(&kc, wall);
+                let kcell = if l == 100 {
+                    "".into()
+                } else {
+                    outcome_note(&kc).unwrap_or_else(|| format!("{}x", fmt(k / n, 2)))
+                };
+                let _ = writeln!(
+                    md,
+                    "| {w} | {c} | {l}% | {} | {}x | {}x | {kcell} | {}x |",
+                    fmt(n, 0),
+                    fmt(b / n, 2),
+                    fmt(m / n, 2),
+                    fmt(b / m, 2)
+                );
+            }
+        }
+    }
+
+    // Faults by class.
+    let _ = writeln!(md, "\n## Remote faults by thread class (medians)\n");
+    let _ = writeln!(md, "Demand faults served from the memory server, by the class of the faulting thread; prefetch hits are faults on marker pages served locally.\n");
+    let _ = writeln!(
+        md,
+        "| workload | collector | local | policy | application | gc (pauses) | gc-concurrent | other | prefetch hits | GC share of remote | write faults | pages written |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for w in workloads_of(rs) {
+        for c in &cfg.collectors {
+            for &l in cfg.locals.iter().filter(|l| **l < 100) {
+                for mode in [Mode::Baseline, Mode::Memliner] {
+                    let cl = cell(rs, &w, c, mode, l);
+                    let f = |class: &str| fmt(med(&cl, |r| class_faults(r, class, "remote")), 0);
+                    let other = med(&cl, |r| {
+                        Some(
+                            ["jit", "vm", "other"]
+                                .iter()
+                                .filter_map(|k| class_faults(r, k, "remote"))
+                                .sum(),
+                        )
+                    });
+                    let _ = writeln!(
+                        md,
+                        "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                        mode.name(),
+                        f("application"),
+                        f("gc"),
+                        f("gc-concurrent"),
+                        fmt(other, 0),
+                        fmt(med(&cl, |r| r.stat(&["faults", "prefetch_hit"])), 0),
+                        pct(med(&cl, |r| r.stat(&["faults", "gc_share_of_remote"]))),
+                        fmt(med(&cl, |r| r.stat(&["faults", "write"])), 0),
+                        fmt(
+                            med(&cl, |r| r.stat(&["pager", "remote", "pages_written"])),
+                            0
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    // Prefetching.
+    let _ = writeln!(md, "\n## Prefetching (medians)\n");
+    let _ = writeln!(md, "Accuracy: share of prefetch windows whose marker page (the middle of the window) was touched before it was dropped. Coverage: pages of hit windows / (those + demand faults). Both per stream class; `all` is every class together.\n");
+    let _ = writeln!(
+        md,
+        "| workload | collector | local | policy | pages prefetched | app accuracy | app coverage | gc accuracy | gc-concurrent accuracy | all accuracy | all coverage |\n|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for w in workloads_of(rs) {
+        for c in &cfg.collectors {
+            for &l in cfg.locals.iter().filter(|l| **l < 100) {
+                for mode in [Mode::Baseline, Mode::Memliner] {
+                    let cl = cell(rs, &w, c, mode, l);
+                    let p = |class: &str, k: &str| pct(med(&cl, |r| prefetch(r, class, k)));
+                    let _ = writeln!(
+                        md,
+                        "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} |",
+                        mode.name(),
+                        fmt(med(&cl, |r| prefetch(r, "all", "pages")), 0),
+                        p("application", "accuracy"),
+                        p("application", "coverage"),
+                        p("gc", "accuracy"),
+                        p("gc-concurrent", "accuracy"),
+                        p("all", "accuracy"),
+                        p("all", "coverage"),
+                    );
+                }
+            }
+        }
+    }
+
+    // memliner's own levers.
+    let _ = writeln!(md, "\n## memliner's levers (medians)\n");
+    let _ = writeln!(
+        md,
+        "| workload | collector | local | cold evictions | promoted by the application | concurrent cycles seen | app faults during concurrent cycles | GC pause total ms (baseline / memliner) |\n|---|---|---|---|---|---|---|---|"
+    );
+    for w in workloads_of(rs) {
+        for c in &cfg.collectors {
+            for &l in cfg.locals.iter().filter(|l| **l < 100) {
+                let m = cell(rs, &w, c, Mode::Memliner, l);
+                let b = cell(rs, &w, c, Mode::Baseline, l);
+                let _ = writeln!(
+                    md,
+                    "| {w} | {c} | {l}% | {} | {} | {} | {} | {} / {} |",
+                    fmt(med(&m, |r| r.stat(&["pager", "cold", "evicted"])), 0),
+                    fmt(med(&m, |r| r.stat(&["pager", "cold", "promoted"])), 0),
+                    fmt(med(&m, |r| r.stat(&["pager", "concurrent_cycles"])), 0),
+                    fmt(
+                        med(&m, |r| r.stat(&["pager", "app_faults_in_concurrent_cycle"])),
+                        0
+                    ),
+                    fmt(med(&b, |r| r.stat(&["gc", "pause_total_ms"])), 0),
+                    fmt(med(&m, |r| r.stat(&["gc", "pause_total_ms"])), 0),
+                );
+            }
+        }
+    }
+
+    // Dirty tracking.
+    let t = cell(rs, "graph", first, Mode::Baseline, 25);
+    let a = cell(rs, "graph", first, Mode::BaselineAssume, 25);
+    let mm = cell(rs, "graph", first, Mode::Memliner, 25);
+    if !a.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Dirty tracking, {first}, graph, 25% local (medians)\n"
+        );
+        let _ = writeln!(
+            md,
+            "| configuration | wall ms | write faults | pages written | clean evictions |\n|---|---|---|---|---|"
+        );
+        for (label, c) in [
+            ("baseline, dirty=track", &t),
+            ("baseline, dirty=assume", &a),
+            ("memliner, dirty=auto", &mm),
+        ] {
+            let _ = writeln!(
+                md,
+                "| {label} | {} | {} | {} | {} |",
+                fmt(med(c, wall), 0),
+                fmt(med(c, |r| r.stat(&["faults", "write"])), 0),
+                fmt(med(c, |r| r.stat(&["pager", "remote", "pages_written"])), 0),
+                fmt(med(c, |r| r.stat(&["pager", "evictions", "clean"])), 0),
+            );
+        }
+    }
+
+    // Kernel details.
+    if rs
+        .iter()
+        .any(|r| r.mode == Mode::Kernel && r.kernel.is_some())
+    {
+        let _ = writeln!(md, "\n## Kernel baseline details (medians)\n");
+        let _ = writeln!(md, "zram is compressed local RAM, not far memory: it bounds from below what kernel swap costs; an RDMA swap device (the original MemLiner's setup) adds the network to every major fault.\n");
+        let _ = writeln!(
+            md,
+            "| workload | collector | local | limit MiB | peak usage MiB | major faults | swap-ins | outcome |\n|---|---|---|---|---|---|---|---|"
+        );
+        for w in workloads_of(rs) {
+            for c in &cfg.collectors {
+                for &l in cfg.locals.iter().filter(|l| **l < 100) {
+                    let k = cell(rs, &w, c, Mode::Kernel, l);
+                    if k.is_empty() {
+                        continue;
+                    }
+                    let kf = |key: &str| {
+                        median(
+                            k.iter()
+                                .filter_map(|r| r.kernel.as_ref()?.get(key)?.as_f64())
+                                .collect(),
+                        )
+                    };
+                    let oks = k.iter().filter(|r| r.ok()).count();
+                    let _ = writeln!(
+                        md,
+                        "| {w} | {c} | {l}% | {} | {} | {} | {} | {} |",
+                        fmt(kf("limit_bytes") / 1048576.0, 1),
+                        fmt(kf("max_usage") / 1048576.0, 1),
+                        fmt(kf("pgmajfault"), 0),
+                        fmt(kf("pswpin"), 0),
+                        if oks == k.len() {
+                            "ok".to_string()
+                        } else {
+                            format!(
+                                "{oks}/{} ok; {}",
+                                k.len(),
+                                k.iter().find(|r| !r.ok()).unwrap().outcome
+                            )
+                        }
+                    );
+                }
+            }
+        }
+    }
+
+    let _ = writeln!(
+        md,
+        "\n## TCP loopback, pipelined batches of 1024 pages, {} MiB\n\n| direction | GB/s |\n|---|---|\n| write | {:.2} |\n| read | {:.2} |\n",
+        cfg.tcp_mib, x.tcp_write_gbs, x.tcp_read_gbs
+    );
+    md
+}
+
+/// Inserts links to the plots after the headline.
+pub fn with_plots(md: String, files: &[String]) -> String {
+    let mut s = String::from("\n## Plots\n\n");
+    for f in files {
+        let _ = writeln!(s, "![{f}]({f})\n");
+    }
+    md + &s
+}
+
+/// One row per run.
+pub fn csv(rs: &[Record]) -> String {
+    let mut out = String::from(
+        "rep,workload,collector,mode,local_pct,outcome,wall_ms,workload_ms,checksum,\
+         app_demand_faults,gc_remote_faults,gc_concurrent_remote_faults,prefetch_hits,\
+         app_prefetch_accuracy,app_prefetch_coverage,peak_rss_bytes,kernel_limit_bytes,\
+         kernel_major_faults\n",
+    );
+    let v = |x: Option<f64>| x.map(|x| format!("{x}")).unwrap_or_default();
+    for r in rs {
+        let k = |key: &str| r.kernel.as_ref().and_then(|k| k.get(key)?.as_f64());
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{}",
+            r.rep,
+            r.workload,
+            r.collector,
+            r.mode.name(),
+            r.local,
+            r.outcome.replace('"', "'"),
+            v(Some(r.wall_ms).filter(|x| x.is_finite())),
+            v(Some(r.workload_ms).filter(|x| x.is_finite())),
+            r.checksum,
+            v(app_demand(r)),
+            v(class_faults(r, "gc", "remote")),
+            v(class_faults(r, "gc-concurrent", "remote")),
+            v(r.stat(&["faults", "prefetch_hit"])),
+            v(prefetch(r, "application", "accuracy")),
+            v(prefetch(r, "application", "coverage")),
+            v(r.stat(&["process", "peak_rss_bytes"])),
+            v(k("limit_bytes")),
+            v(k("pgmajfault")),
+        );
+    }
+    out
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# What users run instead of memliner: the kernel swapping to a zram device, the process held
+# to a memory limit by a cgroup v1 memory controller. Runs COMMAND that way, with no agent.
+#
+#   scripts/kernel-baseline.sh LIMIT -- COMMAND...
+#
+# LIMIT is a byte count for memory.limit_in_bytes, or `none` to measure the command's peak
+# usage (printed) without a limit. Creates a zram swap device (hot_add) and a cgroup, and
+# removes both when the command ends, however it ends. Needs root.
+#
+# Prints on stderr, last: `kernel-baseline: max_usage=BYTES pgmajfault=N pswpin=N`.
+# Exit: the command's status; 3 with `SKIP: reason` on stderr when the setup is impossible.
+set -uo pipefail
+
+skip() {
+    echo "SKIP: $*" >&2
+    exit 3
+}
+
+[ $# -ge 3 ] && [ "$2" = "--" ] || {
+    echo "usage: $0 LIMIT_BYTES|none -- COMMAND..." >&2
+    exit 2
+}
+limit=$1
+shift 2
+case "$limit" in
+none | [0-9]*) ;;
+*) echo "LIMIT must be a byte count or none, got '$limit'" >&2; exit 2 ;;
+esac
+
+[ "$(id -u)" = 0 ] || skip "needs root to create a cgroup and a swap device"
+memcg=/sys/fs/cgroup/memory
+[ -w "$memcg/cgroup.procs" ] && [ -f "$memcg/memory.limit_in_bytes" ] ||
+    skip "no writable cgroup v1 memory controller at $memcg (cgroup v2-only systems lack it)"
+[ -w /sys/class/zram-control/hot_add ] ||
+    { modprobe zram num_devices=0 2>/dev/null || true; }
+[ -w /sys/class/zram-control/hot_add ] ||
+    skip "no zram (load the zram module: modprobe zram)"
+command -v mkswap >/dev/null && command -v swapon >/dev/null ||
+    skip "mkswap/swapon missing (util-linux)"
+
+cg="$memcg/memliner-kernel-baseline-$$"
+dev=""
+cleanup() {
+    if [ -d "$cg" ]; then
+        # The command has exited; anything left (stray children) goes back to the root.
+        while read -r pid; do echo "$pid" >"$memcg/cgroup.procs" 2>/dev/null; done <"$cg/cgroup.procs"
+        rmdir "$cg" 2>/dev/null || echo "kernel-baseline: could not remove $cg" >&2
+    fi
+    if [ -n "$dev" ]; then
+        swapoff "/dev/zram$dev" 2>/dev/null
+        echo 1 >"/sys/block/zram$dev/reset" 2>/dev/null
+        echo "$dev" >/sys/class/zram-control/hot_remove 2>/dev/null ||
+            echo "kernel-baseline: could not remove /dev/zram$dev" >&2
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+dev=$(cat /sys/class/zram-control/hot_add) || skip "cannot add a zram device"
+zdev="/sys/block/zram$dev"
+# lz4 where offered: what distributions pick for swap on zram.
+grep -qw lz4 "$zdev/comp_algorithm" && echo lz4 >"$zdev/comp_algorithm"
+echo 4G >"$zdev/disksize" || skip "cannot size /dev/zram$dev"
+mkswap "/dev/zram$dev" >/dev/null 2>&1 || skip "mkswap /dev/zram$dev failed"
+swapon -p 32000 "/dev/zram$dev" || skip "swapon /dev/zram$dev failed (swap disabled here?)"
+
+mkdir "$cg" || skip "cannot create $cg"
+if [ "$limit" != none ]; then
+    echo "$limit" >"$cg/memory.limit_in_bytes" || skip "cannot set the memory limit"
+fi
+echo 100 >"$cg/memory.swappiness" 2>/dev/null
+pswpin0=$(awk '/^pswpin/ {print $2}' /proc/vmstat)
+
+# The command runs in the cgroup; this shell stays outside it to clean up.
+bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$cg" "$@"
+status=$?
+
+pswpin1=$(awk '/^pswpin/ {print $2}' /proc/vmstat)
+echo "kernel-baseline: max_usage=$(cat "$cg/memory.max_usage_in_bytes")" \
+    "pgmajfault=$(awk '/^total_pgmajfault/ {print $2}' "$cg/memory.stat")" \
+    "pswpin=$((pswpin1 - pswpin0))" >&2
+exit $status
