@@ -98,7 +98,7 @@ enum Cmd {
     /// The policy matrix: workloads x collectors x {no agent, baseline, memliner, kernel
     /// swap to zram} x local {100, 50, 25, 13%}, with a report, CSV and plots.
     Bench {
-        /// A shorter run (G1 only, 2 repetitions; under 10 minutes on 2 cores).
+        /// A shorter run (G1 only, 16 MiB heap, 2 repetitions; under 10 minutes on 2 cores).
         #[arg(long)]
         quick: bool,
         /// Add the Spark jobs (PageRank, group-by) on the first collector; needs
@@ -111,9 +111,16 @@ enum Cmd {
         /// Skip the kernel baseline (zram swap under a cgroup memory limit; needs root).
         #[arg(long)]
         no_kernel: bool,
+        /// Run only what the kernel rows need (no agent, memliner at 100%, the kernel runs).
+        #[arg(long, conflicts_with = "no_kernel")]
+        kernel_only: bool,
         /// Java heap of the matrix workloads, MiB.
         #[arg(long)]
         heap_mb: Option<u64>,
+        /// Write the report, CSV and plots again from a finished bench's raw.json (into
+        /// --out, default: the raw.json's folder) instead of running anything.
+        #[arg(long, value_name = "RAW_JSON")]
+        from_raw: Option<PathBuf>,
         /// Collectors, comma-separated (default G1,Parallel,Shenandoah; G1 with --quick).
         #[arg(long, value_delimiter = ',')]
         collectors: Option<Vec<String>>,
@@ -226,11 +233,27 @@ fn main() -> ExitCode {
             spark,
             spark_only,
             no_kernel,
+            kernel_only,
             heap_mb,
+            from_raw,
             collectors,
             reps,
             out,
         } => {
+            if let Some(raw) = from_raw {
+                let dir = out.unwrap_or_else(|| {
+                    raw.parent()
+                        .map(PathBuf::from)
+                        .unwrap_or_else(|| PathBuf::from("."))
+                });
+                return match bench::rerender(&raw, dir) {
+                    Ok(report) => {
+                        eprintln!("memliner: report written to {}", report.display());
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => fail(e),
+                };
+            }
             let out = out.unwrap_or_else(|| {
                 let root = locate::project_root().unwrap_or_else(|_| PathBuf::from("."));
                 root.join("benchmarks/results").join(timestamp())
@@ -251,6 +274,7 @@ fn main() -> ExitCode {
                     .extend(bench::spark::Job::ALL.map(bench::BenchWorkload::Spark));
             }
             cfg.kernel = !no_kernel;
+            cfg.kernel_only = kernel_only;
             if let Some(h) = heap_mb {
                 cfg.heap_mb = h.max(16);
             }

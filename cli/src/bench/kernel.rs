@@ -73,35 +73,28 @@ fn figures(stderr: &str) -> serde_json::Map<String, serde_json::Value> {
     m
 }
 
-/// Runs `cmd` under a memory limit of `limit` bytes.
+/// Runs `cmd` under a memory limit of `limit` bytes (`None`: no limit, to measure).
 pub fn run(
     root: &Path,
-    limit: u64,
+    limit: Option<u64>,
     cmd: &[String],
     p: &Planned,
     what: &str,
 ) -> Result<Record, String> {
     let mut full = vec![
         script(root).display().to_string(),
-        limit.to_string(),
+        limit.map_or("none".to_string(), |l| l.to_string()),
         "--".into(),
     ];
     full.extend(cmd.iter().cloned());
     let out = launch(&no_agent(), &full, true)?;
     let mut fig = figures(&out.stderr);
-    fig.insert("limit_bytes".into(), json!(limit));
+    if let Some(l) = limit {
+        fig.insert("limit_bytes".into(), json!(l));
+    }
     let mut rec = Record {
-        rep: p.rep,
-        workload: p.workload.name(),
-        collector: p.collector.clone(),
-        mode: p.mode,
-        local: p.local,
-        wall_ms: f64::NAN,
-        workload_ms: f64::NAN,
-        checksum: String::new(),
-        outcome: "ok".into(),
-        stats: None,
         kernel: Some(serde_json::Value::Object(fig)),
+        ..super::blank(p, "ok".into())
     };
     use std::os::unix::process::ExitStatusExt;
     match (out.status.code(), out.status.signal()) {

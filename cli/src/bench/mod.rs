@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::run::{launch, RunConfig};
@@ -30,7 +30,7 @@ pub const LOCALS: [u32; 4] = [100, 50, 25, 13];
 pub const SPARK_LOCALS: [u32; 2] = [100, 25];
 
 /// How a cell runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// Plain JVM, all heap local: the reference.
@@ -42,6 +42,11 @@ pub enum Mode {
     Kernel,
     /// `policy=baseline` with `dirty=assume`, for the dirty-tracking comparison.
     BaselineAssume,
+    /// `policy=memliner` with `streams=class`: one prefetch stream per thread class.
+    MemlinerClassStreams,
+    /// No agent, in the kernel baseline's cgroup without a limit: measures what the JVM
+    /// holds, to size the kernel runs' limits.
+    KernelCalibrate,
 }
 
 impl Mode {
@@ -52,6 +57,8 @@ impl Mode {
             Mode::Memliner => "memliner",
             Mode::Kernel => "kernel-zram",
             Mode::BaselineAssume => "baseline-dirty-assume",
+            Mode::MemlinerClassStreams => "memliner-class-streams",
+            Mode::KernelCalibrate => "kernel-calibrate",
         }
     }
 }
@@ -82,6 +89,9 @@ pub struct BenchConfig {
     pub locals: Vec<u32>,
     pub heap_mb: u64,
     pub kernel: bool,
+    /// Only what the kernel rows need: no agent, memliner at 100%, the calibration run and
+    /// the kernel runs.
+    pub kernel_only: bool,
     pub out: PathBuf,
     pub tcp_mib: usize,
     /// The command line that produced the report, for the report.
@@ -89,15 +99,16 @@ pub struct BenchConfig {
 }
 
 impl BenchConfig {
-    /// Under 10 minutes on 2 cores: G1, both workloads on a 32 MiB heap, 2 repetitions.
+    /// Under 10 minutes on 2 cores: G1, both workloads on a 16 MiB heap, 2 repetitions.
     pub fn quick(out: PathBuf) -> Self {
         BenchConfig {
             reps: 2,
             collectors: vec!["G1".into()],
             workloads: Workload::ALL.map(BenchWorkload::Java).to_vec(),
             locals: LOCALS.to_vec(),
-            heap_mb: 32,
+            heap_mb: 16,
             kernel: true,
+            kernel_only: false,
             out,
             tcp_mib: 64,
             command: "memliner bench --quick".into(),
@@ -106,12 +117,13 @@ impl BenchConfig {
 
     pub fn full(out: PathBuf) -> Self {
         BenchConfig {
-            reps: 3,
+            reps: 2,
             collectors: vec!["G1".into(), "Parallel".into(), "Shenandoah".into()],
             workloads: Workload::ALL.map(BenchWorkload::Java).to_vec(),
             locals: LOCALS.to_vec(),
             heap_mb: 32,
             kernel: true,
+            kernel_only: false,
             out,
             tcp_mib: 256,
             command: "memliner bench".into(),
@@ -120,15 +132,17 @@ impl BenchConfig {
 }
 
 /// One run of one cell.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Record {
     pub rep: usize,
     pub workload: String,
     pub collector: String,
     pub mode: Mode,
     pub local: u32,
+    #[serde(deserialize_with = "nan_if_null")]
     pub wall_ms: f64,
     /// The workload's own timing (its RESULT line).
+    #[serde(deserialize_with = "nan_if_null")]
     pub workload_ms: f64,
     pub checksum: String,
     /// `ok`, or why there is no timing (`oom-killed`, `skipped: ...`).
@@ -137,6 +151,11 @@ pub struct Record {
     pub stats: Option<Value>,
     /// The kernel baseline's figures: limit, peak usage, major faults, swap-ins.
     pub kernel: Option<Value>,
+}
+
+/// JSON has no NaN: serde_json writes it as null; read null back as NaN.
+fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 impl Record {
@@ -260,6 +279,9 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                 } else {
                     SPARK_LOCALS.to_vec()
                 };
+                if cfg.kernel && java {
+                    out.push(p(Mode::KernelCalibrate, 100));
+                }
                 for &local in &locals {
                     // Alternate which policy goes first, so that neither always runs on a
                     // machine the other just warmed or disturbed.
@@ -269,15 +291,22 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                         [Mode::Memliner, Mode::Baseline]
                     };
                     for m in order {
-                        out.push(p(m, local));
+                        if !cfg.kernel_only || (m == Mode::Memliner && local == 100) {
+                            out.push(p(m, local));
+                        }
                     }
-                    // Sized from this repetition's memliner run at 100% (which comes first).
+                    // Sized from this repetition's calibration and memliner-at-100% runs
+                    // (which come first).
                     if cfg.kernel && java && local < 100 {
                         out.push(p(Mode::Kernel, local));
                     }
                 }
-                if *c == cfg.collectors[0] && matches!(w, BenchWorkload::Java(Workload::Graph)) {
+                if !cfg.kernel_only
+                    && *c == cfg.collectors[0]
+                    && matches!(w, BenchWorkload::Java(Workload::Graph))
+                {
                     out.push(p(Mode::BaselineAssume, 25));
+                    out.push(p(Mode::MemlinerClassStreams, 25));
                 }
             }
         }
@@ -334,24 +363,32 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
             p.local
         );
         let rec = match p.mode {
-            Mode::Kernel => {
-                let limit = records
-                    .iter()
-                    .rev()
-                    .find(|r| {
+            Mode::Kernel | Mode::KernelCalibrate => {
+                let find = |mode: Mode| {
+                    records.iter().rev().find(|r| {
                         r.rep == p.rep
                             && r.workload == p.workload.name()
                             && r.collector == p.collector
-                            && r.mode == Mode::Memliner
+                            && r.mode == mode
                             && r.local == 100
                     })
-                    .and_then(|r| kernel_limit(r, p.local));
+                };
+                let limit = match p.mode {
+                    Mode::KernelCalibrate => Some(None),
+                    _ => find(Mode::KernelCalibrate)
+                        .zip(find(Mode::Memliner))
+                        .and_then(|(cal, m)| kernel_limit(cal, m, p.local))
+                        .map(Some),
+                };
                 match (&kernel_skip, limit) {
                     (Some(why), _) => skipped(p, why),
-                    (None, None) => skipped(p, "no memliner run at 100% to size the limit from"),
+                    (None, None) => skipped(
+                        p,
+                        "no calibration or memliner run at 100% to size the limit from",
+                    ),
                     (None, Some(limit)) => {
                         let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
-                        kernel::run(&root, limit as u64, &cmd, p, &what)?
+                        kernel::run(&root, limit.map(|l| l as u64), &cmd, p, &what)?
                     }
                 }
             }
@@ -361,17 +398,11 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 let out = launch(&rc, &cmd, true)?;
                 let (checksum, ms) = checked(&out, &what)?;
                 Record {
-                    rep: p.rep,
-                    workload: p.workload.name(),
-                    collector: p.collector.clone(),
-                    mode: p.mode,
-                    local: p.local,
                     wall_ms: out.wall.as_secs_f64() * 1e3,
                     workload_ms: ms,
                     checksum,
-                    outcome: "ok".into(),
                     stats: out.stats,
-                    kernel: None,
+                    ..blank(p, "ok".into())
                 }
             }
         };
@@ -404,7 +435,18 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
         kernel_skipped: kernel_skip.filter(|_| cfg.kernel),
         elapsed_s: started.elapsed().as_secs_f64(),
     };
-    let md = report::markdown(cfg, &records, &extras);
+    write_outputs(cfg, &records, &extras)
+}
+
+/// Writes report.md, runs.csv, raw.json and the plots for `records` into `cfg.out`.
+fn write_outputs(
+    cfg: &BenchConfig,
+    records: &[Record],
+    extras: &report::Extras,
+) -> Result<PathBuf, String> {
+    let (wgbs, rgbs) = (extras.tcp_write_gbs, extras.tcp_read_gbs);
+    let records = records.to_vec();
+    let md = report::markdown(cfg, &records, extras);
     let plots = plots::draw(cfg, &records, &cfg.out);
     let md = match &plots {
         Ok(files) => report::with_plots(md, files),
@@ -415,6 +457,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
     std::fs::write(cfg.out.join("runs.csv"), report::csv(&records)).map_err(|e| e.to_string())?;
     let raw = serde_json::json!({
         "command": cfg.command, "heap_mb": cfg.heap_mb, "reps": cfg.reps,
+        "elapsed_s": extras.elapsed_s, "kernel_skipped": extras.kernel_skipped,
         "tcp": {"mib": cfg.tcp_mib, "write_gbs": wgbs, "read_gbs": rgbs},
         "runs": records,
     });
@@ -427,17 +470,18 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
     Ok(report_path)
 }
 
-/// The cgroup limit that leaves the heap `local`% resident: what the JVM holds besides its
-/// heap (peak RSS less resident heap pages, from the agent's run at 100% local, so it
-/// includes the agent's own memory: a gift to the kernel) plus `local`% of the heap.
-fn kernel_limit(all_local: &Record, local: u32) -> Option<f64> {
-    let rss = all_local.stat(&["process", "peak_rss_bytes"])?;
-    let heap_resident = all_local.stat(&["pager", "peak_resident_pages"])? * 4096.0;
-    let heap = all_local.stat(&["pager", "heap_pages"])? * 4096.0;
-    Some((rss - heap_resident).max(0.0) + heap * local as f64 / 100.0)
+/// The cgroup limit that takes from the kernel's JVM as many heap bytes as the agent takes
+/// from its own: the JVM's peak usage with no limit (`calibration`, no agent) less
+/// (100 - `local`)% of the heap pages the JVM touches (the agent's peak resident pages at
+/// 100% local).
+fn kernel_limit(calibration: &Record, all_local: &Record, local: u32) -> Option<f64> {
+    let usage = calibration.kernel.as_ref()?.get("max_usage")?.as_f64()?;
+    let touched = all_local.stat(&["pager", "peak_resident_pages"])? * 4096.0;
+    Some(usage - touched * (100 - local) as f64 / 100.0)
 }
 
-fn skipped(p: &Planned, why: &str) -> Record {
+/// A record of `p` with no figures yet.
+fn blank(p: &Planned, outcome: String) -> Record {
     Record {
         rep: p.rep,
         workload: p.workload.name(),
@@ -447,10 +491,54 @@ fn skipped(p: &Planned, why: &str) -> Record {
         wall_ms: f64::NAN,
         workload_ms: f64::NAN,
         checksum: String::new(),
-        outcome: format!("skipped: {why}"),
+        outcome,
         stats: None,
         kernel: None,
     }
+}
+
+/// Writes the report, CSV and plots again from a bench's raw.json into `out` (for a report
+/// format changed after the runs, without running them again).
+pub fn rerender(raw: &Path, out: PathBuf) -> Result<PathBuf, String> {
+    let text = std::fs::read_to_string(raw).map_err(|e| format!("{}: {e}", raw.display()))?;
+    let doc: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", raw.display()))?;
+    let records: Vec<Record> = serde_json::from_value(doc["runs"].clone())
+        .map_err(|e| format!("{}: runs: {e}", raw.display()))?;
+    let mut collectors: Vec<String> = Vec::new();
+    let mut locals: Vec<u32> = Vec::new();
+    for r in &records {
+        if !collectors.contains(&r.collector) {
+            collectors.push(r.collector.clone());
+        }
+        if !locals.contains(&r.local) {
+            locals.push(r.local);
+        }
+    }
+    locals.sort_unstable_by(|a, b| b.cmp(a));
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let cfg = BenchConfig {
+        reps: doc["reps"].as_u64().unwrap_or(1) as usize,
+        collectors,
+        workloads: Vec::new(),
+        locals,
+        heap_mb: doc["heap_mb"].as_u64().unwrap_or(0),
+        kernel: true,
+        kernel_only: false,
+        out,
+        tcp_mib: doc["tcp"]["mib"].as_u64().unwrap_or(0) as usize,
+        command: doc["command"].as_str().unwrap_or("?").to_string(),
+    };
+    let extras = report::Extras {
+        tcp_write_gbs: doc["tcp"]["write_gbs"].as_f64().unwrap_or(f64::NAN),
+        tcp_read_gbs: doc["tcp"]["read_gbs"].as_f64().unwrap_or(f64::NAN),
+        kernel_skipped: doc["kernel_skipped"].as_str().map(str::to_string),
+        elapsed_s: doc["elapsed_s"].as_f64().unwrap_or(f64::NAN),
+    };
+    write_outputs(&cfg, &records, &extras)
+}
+
+fn skipped(p: &Planned, why: &str) -> Record {
+    blank(p, format!("skipped: {why}"))
 }
 
 fn run_config(p: &Planned, spark: bool) -> RunConfig {
@@ -463,7 +551,7 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
         ..RunConfig::default()
     };
     match p.mode {
-        Mode::NoAgent | Mode::Kernel => RunConfig {
+        Mode::NoAgent | Mode::Kernel | Mode::KernelCalibrate => RunConfig {
             agent: false,
             ..base
         },
@@ -474,6 +562,10 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
         Mode::BaselineAssume => RunConfig {
             policy: "baseline".into(),
             dirty: Some("assume".into()),
+            ..base
+        },
+        Mode::MemlinerClassStreams => RunConfig {
+            streams: Some("class".into()),
             ..base
         },
         Mode::Memliner => base,

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::report::{app_demand, cell, class_faults, med, prefetch};
+use super::report::{app_demand, cell, class_faults, med, pairs, prefetch};
 use super::{BenchConfig, Mode, Record};
 
 const FONT_FILES: [&str; 3] = [
@@ -32,6 +32,22 @@ fn e<E: std::fmt::Debug>(err: E) -> String {
     format!("{err:?}")
 }
 
+/// Draws the series labels of `chart` in a framed box.
+fn legend<'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+    size: u32,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .label_font(("sans-serif", size))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)
+}
+
 const MODES: [(Mode, RGBColor); 3] = [
     (Mode::Baseline, RGBColor(214, 39, 40)),
     (Mode::Memliner, RGBColor(31, 119, 180)),
@@ -54,92 +70,86 @@ pub fn draw(cfg: &BenchConfig, rs: &[Record], dir: &Path) -> Result<Vec<String>,
     let mut files = Vec::new();
     slowdown(cfg, rs, &dir.join("slowdown.png"))?;
     files.push("slowdown.png".to_string());
-    faults_by_class(cfg, rs, &dir.join("faults-by-class.png"))?;
-    files.push("faults-by-class.png".to_string());
-    prefetch_effect(cfg, rs, &dir.join("prefetch.png"))?;
-    files.push("prefetch.png".to_string());
+    // The agent's plots need paged runs (a --kernel-only bench has none).
+    if rs.iter().any(|r| r.mode == Mode::Memliner && r.local < 100) {
+        faults_by_class(cfg, rs, &dir.join("faults-by-class.png"))?;
+        files.push("faults-by-class.png".to_string());
+        prefetch_effect(cfg, rs, &dir.join("prefetch.png"))?;
+        files.push("prefetch.png".to_string());
+    }
     Ok(files)
 }
 
 /// Slowdown vs local ratio, one panel per workload and collector, one line per mode.
 fn slowdown(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String> {
-    let ws = workloads(rs);
-    let (rows, cols) = (ws.len(), cfg.collectors.len());
+    let pairs = pairs(cfg, rs);
+    let cols = pairs.len().clamp(1, 3);
+    let rows = pairs.len().div_ceil(cols).max(1);
     let root = BitMapBackend::new(path, (420 * cols as u32, 320 * rows as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(e)?;
     let panels = root.split_evenly((rows, cols));
     let mut top = 1.0f64;
-    for w in &ws {
-        for c in &cfg.collectors {
-            let n = med(&cell(rs, w, c, Mode::NoAgent, 100), |r| Some(r.wall_ms));
-            for (m, _) in MODES {
-                for &l in &cfg.locals {
-                    let v = med(&cell(rs, w, c, m, l), |r| Some(r.wall_ms)) / n;
-                    if v.is_finite() {
-                        top = top.max(v);
-                    }
+    for (w, c) in &pairs {
+        let n = med(&cell(rs, w, c, Mode::NoAgent, 100), |r| Some(r.wall_ms));
+        for (m, _) in MODES {
+            for &l in &cfg.locals {
+                let v = med(&cell(rs, w, c, m, l), |r| Some(r.wall_ms)) / n;
+                if v.is_finite() {
+                    top = top.max(v);
                 }
             }
         }
     }
-    for (i, w) in ws.iter().enumerate() {
-        for (j, c) in cfg.collectors.iter().enumerate() {
-            let area = &panels[i * cols + j];
-            let n = med(&cell(rs, w, c, Mode::NoAgent, 100), |r| Some(r.wall_ms));
-            let mut chart = ChartBuilder::on(area)
-                .caption(format!("{w}, {c}"), ("sans-serif", 18))
-                .margin(10)
-                .x_label_area_size(32)
-                .y_label_area_size(48)
-                .build_cartesian_2d(0f64..105f64, (0.8f64..top * 1.5).log_scale())
-                .map_err(e)?;
-            chart
-                .configure_mesh()
-                .x_desc("local memory, % of heap")
-                .y_desc("slowdown vs all-local")
-                .label_style(("sans-serif", 12))
-                .draw()
-                .map_err(e)?;
-            for (m, color) in MODES {
-                let pts: Vec<(f64, f64)> = cfg
-                    .locals
-                    .iter()
-                    .map(|&l| {
-                        let v = med(&cell(rs, w, c, m, l), |r| Some(r.wall_ms)) / n;
-                        (
-                            l as f64,
-                            if m == Mode::Kernel && l == 100 {
-                                1.0
-                            } else {
-                                v
-                            },
-                        )
-                    })
-                    .filter(|p| p.1.is_finite())
-                    .collect();
-                if pts.is_empty() {
-                    continue;
-                }
-                chart
-                    .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                    .map_err(e)?
-                    .label(m.name())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                    });
-                chart
-                    .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
-                    .map_err(e)?;
+    for (i, (w, c)) in pairs.iter().enumerate() {
+        let area = &panels[i];
+        let n = med(&cell(rs, w, c, Mode::NoAgent, 100), |r| Some(r.wall_ms));
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("{w}, {c}"), ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(32)
+            .y_label_area_size(48)
+            .build_cartesian_2d(0f64..105f64, (0.8f64..top * 1.5).log_scale())
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .x_desc("local memory, % of heap")
+            .y_desc("slowdown vs all-local")
+            .label_style(("sans-serif", 12))
+            .draw()
+            .map_err(e)?;
+        for (m, color) in MODES {
+            let pts: Vec<(f64, f64)> = cfg
+                .locals
+                .iter()
+                .map(|&l| {
+                    let v = med(&cell(rs, w, c, m, l), |r| Some(r.wall_ms)) / n;
+                    (
+                        l as f64,
+                        if m == Mode::Kernel && l == 100 {
+                            1.0
+                        } else {
+                            v
+                        },
+                    )
+                })
+                .filter(|p| p.1.is_finite())
+                .collect();
+            if pts.is_empty() {
+                continue;
             }
             chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .label_font(("sans-serif", 12))
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(e)?
+                .label(m.name())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
                 .map_err(e)?;
         }
+        legend(&mut chart, SeriesLabelPosition::UpperRight, 12)?;
     }
     root.present().map_err(e)
 }
@@ -176,6 +186,7 @@ fn faults_by_class(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), 
     for (i, w) in ws.iter().enumerate() {
         let bars: Vec<(String, Vec<f64>)> = locals
             .iter()
+            .filter(|&&l| !cell(rs, w, c, Mode::Memliner, l).is_empty())
             .flat_map(|&l| {
                 [Mode::Baseline, Mode::Memliner].map(|m| {
                     let cl = cell(rs, w, c, m, l);
@@ -208,6 +219,7 @@ fn faults_by_class(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), 
         let names: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
         chart
             .configure_mesh()
+            .light_line_style(WHITE)
             .disable_x_mesh()
             .x_labels(bars.len() * 2 + 1)
             .x_label_formatter(&|x| {
@@ -243,14 +255,7 @@ fn faults_by_class(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), 
                     Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font(("sans-serif", 12))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(e)?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft, 12)?;
     }
     root.present().map_err(e)
 }
@@ -317,6 +322,7 @@ fn prefetch_effect(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), 
             .map_err(e)?;
         chart
             .configure_mesh()
+            .light_line_style(WHITE)
             .x_desc("local memory, % of heap")
             .y_desc(if *key == "demand" { "thousands" } else { "%" })
             .label_style(("sans-serif", 11))
@@ -346,14 +352,7 @@ fn prefetch_effect(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), 
                     .map_err(e)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font(("sans-serif", 11))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(e)?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight, 11)?;
     }
     root.present().map_err(e)
 }

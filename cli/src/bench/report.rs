@@ -94,6 +94,35 @@ fn workloads_of(rs: &[Record]) -> Vec<String> {
     v
 }
 
+/// The (workload, collector) pairs that were run, in run order.
+pub fn pairs(cfg: &BenchConfig, rs: &[Record]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for w in workloads_of(rs) {
+        for c in &cfg.collectors {
+            if rs.iter().any(|r| r.workload == w && r.collector == *c) {
+                out.push((w.clone(), c.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// The (workload, collector, local) cells that were run with the agent below 100% local.
+pub fn paged_cells(cfg: &BenchConfig, rs: &[Record]) -> Vec<(String, String, u32)> {
+    let mut out = Vec::new();
+    for (w, c) in pairs(cfg, rs) {
+        for &l in cfg.locals.iter().filter(|l| **l < 100) {
+            if rs
+                .iter()
+                .any(|r| r.workload == w && r.collector == c && r.local == l)
+            {
+                out.push((w.clone(), c.clone(), l));
+            }
+        }
+    }
+    out
+}
+
 pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
     let mut md = String::new();
     let first = &cfg.collectors[0];
@@ -121,9 +150,9 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
          **memliner** (`policy=memliner`: pages the GC reads admitted cold, at once for \
          concurrent tracing and when the pause ends for stop-the-world work; per-thread \
          prefetch streams; dirty tracking per thread class while it pays), **kernel-zram** (no agent; \
-         the kernel swaps to zram under a cgroup v1 limit of what the JVM holds besides its \
-         heap, measured in the agent's run at 100%, plus the local share of the heap). Local % \
-         is of the heap.\n"
+         the kernel swaps to zram under a cgroup v1 limit: the JVM's peak usage with no limit, \
+         less the non-local share of the heap pages it touches, as the agent counted them at \
+         100%). Local % is of the heap.\n"
     );
     if let Some(why) = &x.kernel_skipped {
         let _ = writeln!(md, "Kernel baseline skipped: {why}.\n");
@@ -132,7 +161,7 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
     // Headline.
     if rs
         .iter()
-        .any(|r| r.workload == "graph" && r.collector == *first)
+        .any(|r| r.workload == "graph" && r.collector == *first && r.mode == Mode::Baseline)
     {
         let b = cell(rs, "graph", first, Mode::Baseline, 25);
         let m = cell(rs, "graph", first, Mode::Memliner, 25);
@@ -202,28 +231,33 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         md,
         "| workload | collector | local | all-local ms | baseline | memliner | kernel-zram | memliner speedup over baseline |\n|---|---|---|---|---|---|---|---|"
     );
-    for w in workloads_of(rs) {
-        for c in &cfg.collectors {
-            let n = med(&cell(rs, &w, c, Mode::NoAgent, 100), wall);
-            for &l in &cfg.locals {
-                let b = med(&cell(rs, &w, c, Mode::Baseline, l), wall);
-                let m = med(&cell(rs, &w, c, Mode::Memliner, l), wall);
-                let kc = cell(rs, &w, c, Mode::Kernel, l);
-                let k = med(&kc, wall);
-                let kcell = if l == 100 {
-                    "".into()
-                } else {
-                    outcome_note(&kc).unwrap_or_else(|| format!("{}x", fmt(k / n, 2)))
-                };
-                let _ = writeln!(
-                    md,
-                    "| {w} | {c} | {l}% | {} | {}x | {}x | {kcell} | {}x |",
-                    fmt(n, 0),
-                    fmt(b / n, 2),
-                    fmt(m / n, 2),
-                    fmt(b / m, 2)
-                );
+    for (w, c) in pairs(cfg, rs) {
+        let c = &c;
+        let n = med(&cell(rs, &w, c, Mode::NoAgent, 100), wall);
+        for &l in &cfg.locals {
+            if !rs
+                .iter()
+                .any(|r| r.workload == w && r.collector == *c && r.local == l)
+            {
+                continue;
             }
+            let b = med(&cell(rs, &w, c, Mode::Baseline, l), wall);
+            let m = med(&cell(rs, &w, c, Mode::Memliner, l), wall);
+            let kc = cell(rs, &w, c, Mode::Kernel, l);
+            let k = med(&kc, wall);
+            let kcell = if l == 100 || kc.is_empty() {
+                "".into()
+            } else {
+                outcome_note(&kc).unwrap_or_else(|| format!("{}x", fmt(k / n, 2)))
+            };
+            let _ = writeln!(
+                md,
+                "| {w} | {c} | {l}% | {} | {}x | {}x | {kcell} | {}x |",
+                fmt(n, 0),
+                fmt(b / n, 2),
+                fmt(m / n, 2),
+                fmt(b / m, 2)
+            );
         }
     }
 
@@ -234,38 +268,35 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         md,
         "| workload | collector | local | policy | application | gc (pauses) | gc-concurrent | other | prefetch hits | GC share of remote | write faults | pages written |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
-    for w in workloads_of(rs) {
-        for c in &cfg.collectors {
-            for &l in cfg.locals.iter().filter(|l| **l < 100) {
-                for mode in [Mode::Baseline, Mode::Memliner] {
-                    let cl = cell(rs, &w, c, mode, l);
-                    let f = |class: &str| fmt(med(&cl, |r| class_faults(r, class, "remote")), 0);
-                    let other = med(&cl, |r| {
-                        Some(
-                            ["jit", "vm", "other"]
-                                .iter()
-                                .filter_map(|k| class_faults(r, k, "remote"))
-                                .sum(),
-                        )
-                    });
-                    let _ = writeln!(
-                        md,
-                        "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                        mode.name(),
-                        f("application"),
-                        f("gc"),
-                        f("gc-concurrent"),
-                        fmt(other, 0),
-                        fmt(med(&cl, |r| r.stat(&["faults", "prefetch_hit"])), 0),
-                        pct(med(&cl, |r| r.stat(&["faults", "gc_share_of_remote"]))),
-                        fmt(med(&cl, |r| r.stat(&["faults", "write"])), 0),
-                        fmt(
-                            med(&cl, |r| r.stat(&["pager", "remote", "pages_written"])),
-                            0
-                        ),
-                    );
-                }
-            }
+    for (w, c, l) in paged_cells(cfg, rs) {
+        let c = &c;
+        for mode in [Mode::Baseline, Mode::Memliner] {
+            let cl = cell(rs, &w, c, mode, l);
+            let f = |class: &str| fmt(med(&cl, |r| class_faults(r, class, "remote")), 0);
+            let other = med(&cl, |r| {
+                Some(
+                    ["jit", "vm", "other"]
+                        .iter()
+                        .filter_map(|k| class_faults(r, k, "remote"))
+                        .sum(),
+                )
+            });
+            let _ = writeln!(
+                md,
+                "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                mode.name(),
+                f("application"),
+                f("gc"),
+                f("gc-concurrent"),
+                fmt(other, 0),
+                fmt(med(&cl, |r| r.stat(&["faults", "prefetch_hit"])), 0),
+                pct(med(&cl, |r| r.stat(&["faults", "gc_share_of_remote"]))),
+                fmt(med(&cl, |r| r.stat(&["faults", "write"])), 0),
+                fmt(
+                    med(&cl, |r| r.stat(&["pager", "remote", "pages_written"])),
+                    0
+                ),
+            );
         }
     }
 
@@ -276,26 +307,23 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         md,
         "| workload | collector | local | policy | pages prefetched | app accuracy | app coverage | gc accuracy | gc-concurrent accuracy | all accuracy | all coverage |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
-    for w in workloads_of(rs) {
-        for c in &cfg.collectors {
-            for &l in cfg.locals.iter().filter(|l| **l < 100) {
-                for mode in [Mode::Baseline, Mode::Memliner] {
-                    let cl = cell(rs, &w, c, mode, l);
-                    let p = |class: &str, k: &str| pct(med(&cl, |r| prefetch(r, class, k)));
-                    let _ = writeln!(
-                        md,
-                        "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} |",
-                        mode.name(),
-                        fmt(med(&cl, |r| prefetch(r, "all", "pages")), 0),
-                        p("application", "accuracy"),
-                        p("application", "coverage"),
-                        p("gc", "accuracy"),
-                        p("gc-concurrent", "accuracy"),
-                        p("all", "accuracy"),
-                        p("all", "coverage"),
-                    );
-                }
-            }
+    for (w, c, l) in paged_cells(cfg, rs) {
+        let c = &c;
+        for mode in [Mode::Baseline, Mode::Memliner] {
+            let cl = cell(rs, &w, c, mode, l);
+            let p = |class: &str, k: &str| pct(med(&cl, |r| prefetch(r, class, k)));
+            let _ = writeln!(
+                md,
+                "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} |",
+                mode.name(),
+                fmt(med(&cl, |r| prefetch(r, "all", "pages")), 0),
+                p("application", "accuracy"),
+                p("application", "coverage"),
+                p("gc", "accuracy"),
+                p("gc-concurrent", "accuracy"),
+                p("all", "accuracy"),
+                p("all", "coverage"),
+            );
         }
     }
 
@@ -305,53 +333,58 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         md,
         "| workload | collector | local | cold evictions | promoted by the application | concurrent cycles seen | app faults during concurrent cycles | GC pause total ms (baseline / memliner) |\n|---|---|---|---|---|---|---|---|"
     );
-    for w in workloads_of(rs) {
-        for c in &cfg.collectors {
-            for &l in cfg.locals.iter().filter(|l| **l < 100) {
-                let m = cell(rs, &w, c, Mode::Memliner, l);
-                let b = cell(rs, &w, c, Mode::Baseline, l);
-                let _ = writeln!(
-                    md,
-                    "| {w} | {c} | {l}% | {} | {} | {} | {} | {} / {} |",
-                    fmt(med(&m, |r| r.stat(&["pager", "cold", "evicted"])), 0),
-                    fmt(med(&m, |r| r.stat(&["pager", "cold", "promoted"])), 0),
-                    fmt(med(&m, |r| r.stat(&["pager", "concurrent_cycles"])), 0),
-                    fmt(
-                        med(&m, |r| r.stat(&["pager", "app_faults_in_concurrent_cycle"])),
-                        0
-                    ),
-                    fmt(med(&b, |r| r.stat(&["gc", "pause_total_ms"])), 0),
-                    fmt(med(&m, |r| r.stat(&["gc", "pause_total_ms"])), 0),
-                );
-            }
-        }
+    for (w, c, l) in paged_cells(cfg, rs) {
+        let c = &c;
+        let m = cell(rs, &w, c, Mode::Memliner, l);
+        let b = cell(rs, &w, c, Mode::Baseline, l);
+        let _ = writeln!(
+            md,
+            "| {w} | {c} | {l}% | {} | {} | {} | {} | {} / {} |",
+            fmt(med(&m, |r| r.stat(&["pager", "cold", "evicted"])), 0),
+            fmt(med(&m, |r| r.stat(&["pager", "cold", "promoted"])), 0),
+            fmt(med(&m, |r| r.stat(&["pager", "concurrent_cycles"])), 0),
+            fmt(
+                med(&m, |r| r.stat(&["pager", "app_faults_in_concurrent_cycle"])),
+                0
+            ),
+            fmt(med(&b, |r| r.stat(&["gc", "pause_total_ms"])), 0),
+            fmt(med(&m, |r| r.stat(&["gc", "pause_total_ms"])), 0),
+        );
     }
 
-    // Dirty tracking.
+    // Variants: dirty tracking, stream scope.
     let t = cell(rs, "graph", first, Mode::Baseline, 25);
     let a = cell(rs, "graph", first, Mode::BaselineAssume, 25);
     let mm = cell(rs, "graph", first, Mode::Memliner, 25);
-    if !a.is_empty() {
+    let mc = cell(rs, "graph", first, Mode::MemlinerClassStreams, 25);
+    if !a.is_empty() || !mc.is_empty() {
         let _ = writeln!(
             md,
-            "\n## Dirty tracking, {first}, graph, 25% local (medians)\n"
+            "\n## Variants: dirty tracking and stream scope, {first}, graph, 25% local (medians)\n"
         );
         let _ = writeln!(
             md,
-            "| configuration | wall ms | write faults | pages written | clean evictions |\n|---|---|---|---|---|"
+            "| configuration | wall ms | write faults | pages written | clean evictions | app demand faults | app accuracy | app coverage |\n|---|---|---|---|---|---|---|---|"
         );
         for (label, c) in [
             ("baseline, dirty=track", &t),
             ("baseline, dirty=assume", &a),
-            ("memliner, dirty=auto", &mm),
+            ("memliner, dirty=auto, streams=thread", &mm),
+            ("memliner, dirty=auto, streams=class", &mc),
         ] {
+            if c.is_empty() {
+                continue;
+            }
             let _ = writeln!(
                 md,
-                "| {label} | {} | {} | {} | {} |",
+                "| {label} | {} | {} | {} | {} | {} | {} | {} |",
                 fmt(med(c, wall), 0),
                 fmt(med(c, |r| r.stat(&["faults", "write"])), 0),
                 fmt(med(c, |r| r.stat(&["pager", "remote", "pages_written"])), 0),
                 fmt(med(c, |r| r.stat(&["pager", "evictions", "clean"])), 0),
+                fmt(med(c, app_demand), 0),
+                pct(med(c, |r| prefetch(r, "application", "accuracy"))),
+                pct(med(c, |r| prefetch(r, "application", "coverage"))),
             );
         }
     }
@@ -367,40 +400,37 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
             md,
             "| workload | collector | local | limit MiB | peak usage MiB | major faults | swap-ins | outcome |\n|---|---|---|---|---|---|---|---|"
         );
-        for w in workloads_of(rs) {
-            for c in &cfg.collectors {
-                for &l in cfg.locals.iter().filter(|l| **l < 100) {
-                    let k = cell(rs, &w, c, Mode::Kernel, l);
-                    if k.is_empty() {
-                        continue;
-                    }
-                    let kf = |key: &str| {
-                        median(
-                            k.iter()
-                                .filter_map(|r| r.kernel.as_ref()?.get(key)?.as_f64())
-                                .collect(),
-                        )
-                    };
-                    let oks = k.iter().filter(|r| r.ok()).count();
-                    let _ = writeln!(
-                        md,
-                        "| {w} | {c} | {l}% | {} | {} | {} | {} | {} |",
-                        fmt(kf("limit_bytes") / 1048576.0, 1),
-                        fmt(kf("max_usage") / 1048576.0, 1),
-                        fmt(kf("pgmajfault"), 0),
-                        fmt(kf("pswpin"), 0),
-                        if oks == k.len() {
-                            "ok".to_string()
-                        } else {
-                            format!(
-                                "{oks}/{} ok; {}",
-                                k.len(),
-                                k.iter().find(|r| !r.ok()).unwrap().outcome
-                            )
-                        }
-                    );
-                }
+        for (w, c, l) in paged_cells(cfg, rs) {
+            let c = &c;
+            let k = cell(rs, &w, c, Mode::Kernel, l);
+            if k.is_empty() {
+                continue;
             }
+            let kf = |key: &str| {
+                median(
+                    k.iter()
+                        .filter_map(|r| r.kernel.as_ref()?.get(key)?.as_f64())
+                        .collect(),
+                )
+            };
+            let oks = k.iter().filter(|r| r.ok()).count();
+            let _ = writeln!(
+                md,
+                "| {w} | {c} | {l}% | {} | {} | {} | {} | {} |",
+                fmt(kf("limit_bytes") / 1048576.0, 1),
+                fmt(kf("max_usage") / 1048576.0, 1),
+                fmt(kf("pgmajfault"), 0),
+                fmt(kf("pswpin"), 0),
+                if oks == k.len() {
+                    "ok".to_string()
+                } else {
+                    format!(
+                        "{oks}/{} ok; {}",
+                        k.len(),
+                        k.iter().find(|r| !r.ok()).unwrap().outcome
+                    )
+                }
+            );
         }
     }
 
