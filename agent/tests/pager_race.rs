@@ -7,49 +7,13 @@ use std::sync::Arc;
 use memliner_agent::pager::{Pager, PagerConfig, Span, ThreadClass, ThreadClassifier, ThreadKind};
 use swap_backend::{LocalStore, PageStore, PAGE_SIZE};
 
+mod common;
+use common::{fatal, Region};
+
 struct AllApp;
 impl ThreadClassifier for AllApp {
     fn kind_of(&self, _tid: u32) -> ThreadKind {
         ThreadKind::Fixed(ThreadClass::Application)
-    }
-}
-
-fn fatal(msg: &str) -> ! {
-    eprintln!("pager test fatal: {msg}");
-    std::process::abort()
-}
-
-struct Region {
-    base: usize,
-    len: usize,
-}
-
-impl Region {
-    fn new(pages: usize) -> Region {
-        let len = pages * PAGE_SIZE;
-        // SAFETY: fresh anonymous mapping owned by this test.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Region {
-            base: p as usize,
-            len,
-        }
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping after the pager is gone.
-        unsafe { libc::munmap(self.base as *mut _, self.len) };
     }
 }
 
@@ -66,10 +30,10 @@ fn start_with(
 ) -> Pager {
     Pager::start(
         region.base,
-        region.len,
+        region.len(),
         &[Span {
             start: region.base,
-            end: region.base + region.len,
+            end: region.base + region.len(),
         }],
         PagerConfig {
             budget_pages: budget,
@@ -90,7 +54,7 @@ fn start_with(
 /// into them round after round, checking that every slot still holds what it wrote last.
 fn hammer(region: &Region, threads: usize, rounds: u64) {
     let slots_per_page = PAGE_SIZE / 8;
-    let npages = region.len / PAGE_SIZE;
+    let npages = region.pages;
     let failed = Arc::new(AtomicBool::new(false));
     std::thread::scope(|sc| {
         for t in 0..threads {

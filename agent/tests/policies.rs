@@ -9,6 +9,9 @@ use memliner_agent::pager::{Pager, PagerConfig, Span, ThreadClass, ThreadClassif
 use memliner_agent::policy::{Baseline, MemLiner, PagingPolicy, StreamScope};
 use swap_backend::{LocalStore, PAGE_SIZE};
 
+mod common;
+use common::{fatal, Region};
+
 /// Threads registered as GC threads are of the class given at registration; all others are
 /// application threads.
 #[derive(Clone, Default)]
@@ -36,59 +39,6 @@ impl ThreadClassifier for Classes {
                 .copied()
                 .unwrap_or(ThreadClass::Application),
         )
-    }
-}
-
-fn fatal(msg: &str) -> ! {
-    eprintln!("pager test fatal: {msg}");
-    std::process::abort()
-}
-
-struct Region {
-    base: usize,
-    pages: usize,
-}
-
-impl Region {
-    fn new(pages: usize) -> Region {
-        // SAFETY: fresh anonymous mapping owned by this test.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                pages * PAGE_SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Region {
-            base: p as usize,
-            pages,
-        }
-    }
-
-    fn word(&self, page: usize, slot: usize) -> *mut u64 {
-        assert!(page < self.pages && slot < PAGE_SIZE / 8);
-        (self.base + page * PAGE_SIZE + slot * 8) as *mut u64
-    }
-
-    fn read(&self, page: usize, slot: usize) -> u64 {
-        // SAFETY: inside the region.
-        unsafe { std::ptr::read_volatile(self.word(page, slot)) }
-    }
-
-    fn write(&self, page: usize, slot: usize, v: u64) {
-        // SAFETY: inside the region.
-        unsafe { std::ptr::write_volatile(self.word(page, slot), v) }
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping after the pager is gone.
-        unsafe { libc::munmap(self.base as *mut _, self.pages * PAGE_SIZE) };
     }
 }
 

@@ -1,0 +1,62 @@
+//! Helpers shared by the pager tests that run without a JVM.
+#![allow(dead_code)] // each test binary uses its own part
+
+use swap_backend::PAGE_SIZE;
+
+pub fn fatal(msg: &str) -> ! {
+    eprintln!("pager test fatal: {msg}");
+    std::process::abort()
+}
+
+pub struct Region {
+    pub base: usize,
+    pub pages: usize,
+}
+
+impl Region {
+    /// Bytes in the region.
+    pub fn len(&self) -> usize {
+        self.pages * PAGE_SIZE
+    }
+
+    pub fn new(pages: usize) -> Region {
+        // SAFETY: fresh anonymous mapping owned by this test.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                pages * PAGE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Region {
+            base: p as usize,
+            pages,
+        }
+    }
+
+    pub fn word(&self, page: usize, slot: usize) -> *mut u64 {
+        assert!(page < self.pages && slot < PAGE_SIZE / 8);
+        (self.base + page * PAGE_SIZE + slot * 8) as *mut u64
+    }
+
+    pub fn read(&self, page: usize, slot: usize) -> u64 {
+        // SAFETY: inside the region.
+        unsafe { std::ptr::read_volatile(self.word(page, slot)) }
+    }
+
+    pub fn write(&self, page: usize, slot: usize, v: u64) {
+        // SAFETY: inside the region.
+        unsafe { std::ptr::write_volatile(self.word(page, slot), v) }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping after the pager is gone.
+        unsafe { libc::munmap(self.base as *mut _, self.pages * PAGE_SIZE) };
+    }
+}
