@@ -48,11 +48,12 @@ pub fn lines(stats: &Value) -> Vec<String> {
         }
     }
     out.push(format!(
-        "faults {} (zero {}, remote {}, write {}); by thread: {}",
+        "faults {} (zero {}, remote {}, write {}, prefetch hits {}); by thread: {}",
         u(faults, &["total"]),
         u(faults, &["zero"]),
         u(faults, &["remote"]),
         u(faults, &["write"]),
+        u(faults, &["prefetch_hit"]),
         if classes.is_empty() {
             "none".into()
         } else {
@@ -75,6 +76,27 @@ pub fn lines(stats: &Value) -> Vec<String> {
         u(pager, &["peak_resident_pages"]),
         budget
     ));
+    let pf = &stats["prefetch"];
+    if !pf.is_null() {
+        let pct = |v: Option<f64>| v.map_or("–".to_string(), |x| format!("{:.0}%", x * 100.0));
+        out.push(format!(
+            "prefetch: {} pages in {} windows; application accuracy {}, coverage {}; all threads accuracy {}, coverage {}",
+            u(pf, &["all", "pages"]),
+            u(pf, &["all", "windows"]),
+            pct(f(pf, &["by_class", "application", "accuracy"])),
+            pct(f(pf, &["by_class", "application", "coverage"])),
+            pct(f(pf, &["all", "accuracy"])),
+            pct(f(pf, &["all", "coverage"])),
+        ));
+    }
+    if u(pager, &["cold", "evicted"]) > 0 {
+        out.push(format!(
+            "cold queue: {} GC-read pages evicted before application pages ({} after a pause ended), {} promoted by application writes",
+            u(pager, &["cold", "evicted"]),
+            u(pager, &["cold", "demoted_after_pause"]),
+            u(pager, &["cold", "promoted"]),
+        ));
+    }
     let lat = &pager["latency"]["all"];
     out.push(format!(
         "fault service p50 {:.1} us, p99 {:.1} us; GC pauses {} ({:.0} ms in all); wall {wall:.2} s",
@@ -101,7 +123,9 @@ mod tests {
                       "latency": {"all": {"p50_us": 4.0, "p99_us": 20.0}}},
             "faults": {"total": 100, "zero": 50, "remote": 40, "write": 10, "gc_share_of_remote": 0.75,
                        "by_class": {"application": {"total": 25}, "gc": {"total": 75}}},
-            "gc": {"pauses": 3, "pause_total_ms": 12.0}
+            "gc": {"pauses": 3, "pause_total_ms": 12.0},
+            "prefetch": {"all": {"pages": 300, "windows": 40, "accuracy": 0.9, "coverage": 0.5},
+                         "by_class": {"application": {"accuracy": 0.95, "coverage": null}}}
         });
         let text = lines(&doc).join("\n");
         assert!(
@@ -111,6 +135,11 @@ mod tests {
         assert!(text.contains("application 25.0%, gc 75.0%"), "{text}");
         assert!(text.contains("75.0% of remote faults"), "{text}");
         assert!(text.contains("peak resident 4000 of 4096"), "{text}");
+        assert!(
+            text.contains("prefetch: 300 pages in 40 windows; application accuracy 95%, coverage –; all threads accuracy 90%, coverage 50%"),
+            "{text}"
+        );
+        assert!(!text.contains("cold queue"), "baseline: {text}");
         let off = lines(&serde_json::json!({"policy": "off", "wall_ms": 10.0, "pager": null}));
         assert!(off[0].contains("not paged"));
     }
