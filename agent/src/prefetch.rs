@@ -22,8 +22,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::pager::ThreadClass;
-
 /// Page deltas remembered per stream.
 pub const HISTORY: usize = 32;
 /// Depth of a new stream.
@@ -347,11 +345,6 @@ impl ClassCounters {
             coverage,
         }
     }
-}
-
-/// Which class's counters a stream's prefetches count under.
-pub fn class_index(c: ThreadClass) -> usize {
-    c as usize
 }
 
 #[cfg(test)]

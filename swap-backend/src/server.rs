@@ -65,11 +65,6 @@ impl ServerHandle {
         self.shared.used_pages.load(Ordering::Relaxed)
     }
 
-    /// Clients (namespaces) connected now.
-    pub fn clients(&self) -> usize {
-        lock(&self.shared.namespaces).len()
-    }
-
     /// Waits until no client is connected, at most `timeout`; `true` if none is.
     pub fn wait_idle(&self, timeout: std::time::Duration) -> bool {
         let all = lock(&self.shared.namespaces);

@@ -1564,25 +1564,21 @@ impl Handler {
         {
             return self.retry.push(ev);
         }
-        let shared = self.s.clone();
-        let prefetch = shared
-            .prefetch
-            .as_ref()
-            .expect("markers exist only with prefetch");
-        let Some(marker) = prefetch.take_marker(p) else {
+        let prefetch = self.s.prefetch.as_ref();
+        let Some(marker) = prefetch.and_then(|pf| pf.take_marker(p)) else {
             self.s
                 .die(&format!("prefetch marker for heap page {p} is missing"));
         };
         let protect = !write && self.s.tracks_dirty(class);
         let outcome = self.install(p, marker.data.as_ptr(), protect);
         if outcome == CopyOutcome::Again {
-            prefetch.put_back_marker(p, marker);
+            self.s.prefetch.as_ref().unwrap().put_back_marker(p, marker);
             self.s.state[p].store(CACHED, Ordering::SeqCst);
             return self.retry.push(ev);
         }
         let admission = self.s.config.policy.admission(class, Source::Demand);
         self.finish_install(p, outcome, if protect { CLEAN } else { DIRTY }, admission);
-        prefetch.credit_hit(&marker);
+        self.s.prefetch.as_ref().unwrap().credit_hit(&marker);
         self.count(class, FaultKind::Hit);
         self.record_latency(started, false);
         self.flush_wakes();

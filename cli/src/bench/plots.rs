@@ -5,7 +5,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::report::{app_demand, cell, class_faults, med, pairs, prefetch};
+use super::report::{app_demand, cell, class_remote, med, pairs, prefetch, workloads_of};
 use super::{BenchConfig, Mode, Record};
 
 const FONT_FILES: [&str; 3] = [
@@ -53,16 +53,6 @@ const MODES: [(Mode, RGBColor); 3] = [
     (Mode::Memliner, RGBColor(31, 119, 180)),
     (Mode::Kernel, RGBColor(44, 160, 44)),
 ];
-
-fn workloads(rs: &[Record]) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    for r in rs {
-        if !v.contains(&r.workload) {
-            v.push(r.workload.clone());
-        }
-    }
-    v
-}
 
 /// Draws every plot into `dir`; returns the file names.
 pub fn draw(cfg: &BenchConfig, rs: &[Record], dir: &Path) -> Result<Vec<String>, String> {
@@ -161,23 +151,10 @@ const CLASSES: [(&str, RGBColor); 4] = [
     ("other", RGBColor(127, 127, 127)),
 ];
 
-fn class_remote(r: &Record, class: &str) -> Option<f64> {
-    if class == "other" {
-        Some(
-            ["jit", "vm", "other"]
-                .iter()
-                .filter_map(|k| class_faults(r, k, "remote"))
-                .sum(),
-        )
-    } else {
-        class_faults(r, class, "remote")
-    }
-}
-
 /// Remote demand faults by thread class, stacked, for each local ratio and policy (first
 /// collector; one panel per workload).
 fn faults_by_class(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String> {
-    let ws = workloads(rs);
+    let ws = workloads_of(rs);
     let c = &cfg.collectors[0];
     let locals: Vec<u32> = cfg.locals.iter().copied().filter(|l| *l < 100).collect();
     let root = BitMapBackend::new(path, (520 * ws.len() as u32, 380)).into_drawing_area();
@@ -266,7 +243,7 @@ type Series = (String, RGBColor, u32, Vec<(f64, f64)>);
 /// Application-stream prefetch accuracy and coverage vs local ratio, per policy and workload
 /// (first collector), with the application's demand faults for scale.
 fn prefetch_effect(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String> {
-    let ws = workloads(rs);
+    let ws = workloads_of(rs);
     let c = &cfg.collectors[0];
     let root = BitMapBackend::new(path, (1260, 360)).into_drawing_area();
     root.fill(&WHITE).map_err(e)?;

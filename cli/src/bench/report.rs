@@ -18,6 +18,21 @@ pub fn class_faults(r: &Record, class: &str, kind: &str) -> Option<f64> {
     r.stat(&["faults", "by_class", class, kind])
 }
 
+/// Remote faults of a class; `other` takes in the JIT and VM threads too (the tables and
+/// plots show four classes).
+pub fn class_remote(r: &Record, class: &str) -> Option<f64> {
+    if class == "other" {
+        Some(
+            ["jit", "vm", "other"]
+                .iter()
+                .filter_map(|k| class_faults(r, k, "remote"))
+                .sum(),
+        )
+    } else {
+        class_faults(r, class, "remote")
+    }
+}
+
 /// Application demand faults: pages application threads waited for from the server.
 pub fn app_demand(r: &Record) -> Option<f64> {
     class_faults(r, "application", "remote")
@@ -84,7 +99,8 @@ fn outcome_note(cell: &[&Record]) -> Option<String> {
     Some(cell[0].outcome.clone())
 }
 
-fn workloads_of(rs: &[Record]) -> Vec<String> {
+/// The workloads that were run, in run order.
+pub fn workloads_of(rs: &[Record]) -> Vec<String> {
     let mut v: Vec<String> = Vec::new();
     for r in rs {
         if !v.contains(&r.workload) {
@@ -272,15 +288,7 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         let c = &c;
         for mode in [Mode::Baseline, Mode::Memliner] {
             let cl = cell(rs, &w, c, mode, l);
-            let f = |class: &str| fmt(med(&cl, |r| class_faults(r, class, "remote")), 0);
-            let other = med(&cl, |r| {
-                Some(
-                    ["jit", "vm", "other"]
-                        .iter()
-                        .filter_map(|k| class_faults(r, k, "remote"))
-                        .sum(),
-                )
-            });
+            let f = |class: &str| fmt(med(&cl, |r| class_remote(r, class)), 0);
             let _ = writeln!(
                 md,
                 "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -288,7 +296,7 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
                 f("application"),
                 f("gc"),
                 f("gc-concurrent"),
-                fmt(other, 0),
+                f("other"),
                 fmt(med(&cl, |r| r.stat(&["faults", "prefetch_hit"])), 0),
                 pct(med(&cl, |r| r.stat(&["faults", "gc_share_of_remote"]))),
                 fmt(med(&cl, |r| r.stat(&["faults", "write"])), 0),
