@@ -2,8 +2,8 @@
 //! fallback; then the anonymous mappings inside it, which are registered one by one (G1 maps
 //! the CDS archive file-backed inside the heap, and registering across it fails).
 
+use crate::maps::{anonymous_spans, parse_maps, Mapping, Span};
 use crate::options::LogLevel;
-use crate::pager::Span;
 use crate::vmstructs::{self, VmStructs};
 
 /// The heap as found at VMInit.
@@ -14,54 +14,6 @@ pub struct FoundHeap {
     pub collector: &'static str,
     pub discovery: &'static str,
     pub spans: Vec<Span>,
-}
-
-/// One line of /proc/self/maps.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mapping {
-    pub start: usize,
-    pub end: usize,
-    pub perms: String,
-    pub path: String,
-}
-
-/// Parses /proc/self/maps text.
-pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    text.lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            let range = it.next()?;
-            let perms = it.next()?.to_string();
-            let path = it.nth(3).unwrap_or("").to_string();
-            let (a, b) = range.split_once('-')?;
-            Some(Mapping {
-                start: usize::from_str_radix(a, 16).ok()?,
-                end: usize::from_str_radix(b, 16).ok()?,
-                perms,
-                path,
-            })
-        })
-        .collect()
-}
-
-/// The anonymous parts of `[start, start+bytes)`, clipped to it, neighbours merged.
-pub fn anonymous_spans(maps: &[Mapping], start: usize, bytes: usize) -> Vec<Span> {
-    let end = start + bytes;
-    let mut spans: Vec<Span> = Vec::new();
-    for m in maps {
-        if m.end <= start || m.start >= end || !m.path.is_empty() {
-            continue;
-        }
-        let s = Span {
-            start: m.start.max(start),
-            end: m.end.min(end),
-        };
-        match spans.last_mut() {
-            Some(last) if last.end == s.start => last.end = s.end,
-            _ => spans.push(s),
-        }
-    }
-    spans
 }
 
 fn read_maps() -> Result<Vec<Mapping>, String> {
@@ -149,27 +101,6 @@ mod tests {
 7f0000300000-7f0000400000 ---p 00000000 00:00 0
 7f1000000000-7f1000001000 r-xp 00000000 fd:01 99 /usr/lib/libc.so.6
 ";
-
-    #[test]
-    fn spans_skip_file_backed_mappings_and_merge_neighbours() {
-        let maps = parse_maps(MAPS);
-        assert_eq!(maps.len(), 5);
-        assert_eq!(maps[2].path, "/usr/lib/jvm/lib/server/classes.jsa");
-        let spans = anonymous_spans(&maps, 0x7f0000080000, 0x300000);
-        assert_eq!(
-            spans,
-            vec![
-                Span {
-                    start: 0x7f0000080000,
-                    end: 0x7f0000200000
-                },
-                Span {
-                    start: 0x7f0000300000,
-                    end: 0x7f0000380000
-                },
-            ]
-        );
-    }
 
     #[test]
     fn fallback_picks_the_largest_anonymous_run() {

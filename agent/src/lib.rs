@@ -13,6 +13,8 @@
 
 pub mod heap;
 pub mod jvmti;
+pub mod maps;
+pub mod model;
 pub mod options;
 pub mod pager;
 pub mod policy;
@@ -78,8 +80,8 @@ static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 /// The classifier lives for the whole process; the pager gets this forwarding handle.
 struct StaticClassifier(&'static threads::JvmThreads);
 
-impl pager::ThreadClassifier for StaticClassifier {
-    fn kind_of(&self, tid: u32) -> pager::ThreadKind {
+impl model::ThreadClassifier for StaticClassifier {
+    fn kind_of(&self, tid: u32) -> model::ThreadKind {
         self.0.kind_of(tid)
     }
     fn in_gc_pause(&self) -> bool {
@@ -195,6 +197,9 @@ fn start_paging(rt: &Runtime) -> Result<(), String> {
             track_dirty: rt.options.track_dirty,
             policy: policy_for(&rt.options),
             prefetch_depth: rt.options.prefetch,
+            sampling: rt.options.sampling,
+            probe_every: (rt.options.probe_ms > 0)
+                .then(|| std::time::Duration::from_millis(rt.options.probe_ms)),
             ..PagerConfig::default()
         },
         store,

@@ -15,6 +15,8 @@
 //! | `handlers` | fault-handler threads, 1..=16             | `1` |
 //! | `token`    | shared secret of the memory server        | none |
 //! | `dirty`    | `track` (write-protect pages mapped on a read; clean pages are dropped without a write-back), `auto` (track per thread class while it pays: see `policy::WriteRatio`; `memliner` only, `baseline` treats it as `track`) or `assume` (no write faults; every evicted page is written back) | `auto` |
+//! | `reclaim`  | `clock` (the reclaimer unmaps pages but keeps their bytes to see which are used before evicting them) or `fifo` (evict in arrival order, second chance for faulted pages) | `clock` |
+//! | `probe`    | interval in ms of the latency probe (a remote fault timed as the faulting thread sees it), 0 turns it off | `10` |
 //!
 //! An unknown key or a bad value is an error that names the key and the valid choices.
 
@@ -89,6 +91,10 @@ pub struct Options {
     pub prefetch: usize,
     /// Stream per thread (true) or per class.
     pub streams_per_thread: bool,
+    /// Sample references with an inactive list (`reclaim=clock`) or not (`fifo`).
+    pub sampling: bool,
+    /// Latency probe interval in ms (0: off).
+    pub probe_ms: u64,
 }
 
 impl Default for Options {
@@ -106,11 +112,14 @@ impl Default for Options {
             adaptive_dirty: true,
             prefetch: 32,
             streams_per_thread: true,
+            sampling: true,
+            probe_ms: 10,
         }
     }
 }
 
-const KEYS: &str = "server, local, policy, prefetch, streams, stats, log, handlers, token, dirty";
+const KEYS: &str =
+    "server, local, policy, prefetch, streams, stats, log, handlers, token, dirty, reclaim, probe";
 
 /// Parses `env` (from `MEMLINER_OPTIONS`, may be empty) then `agent` (the -agentpath string).
 pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
@@ -211,6 +220,19 @@ pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
                         "assume" => (false, false),
                         _ => return Err(bad("expected one of auto, track, assume")),
                     }
+                }
+                "reclaim" => {
+                    o.sampling = match value {
+                        "clock" => true,
+                        "fifo" => false,
+                        _ => return Err(bad("expected one of clock, fifo")),
+                    }
+                }
+                "probe" => {
+                    o.probe_ms =
+                        value.parse().ok().filter(|n| *n <= 60_000).ok_or_else(|| {
+                            bad("expected an interval in ms from 0 (off) to 60000")
+                        })?
                 }
                 _ => return Err(format!("unknown option '{key}' (valid keys: {KEYS})")),
             }

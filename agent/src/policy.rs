@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::pager::ThreadClass;
+use crate::model::ThreadClass;
 use crate::prefetch::StreamKey;
 
 /// Where a newly resident page enters the eviction order.
@@ -73,10 +73,10 @@ pub trait PagingPolicy: Send + Sync + std::fmt::Debug {
 /// 16 of the class's pages is still tracked so that the estimate follows phase changes.
 #[derive(Debug)]
 pub struct WriteRatio {
-    tracking: [AtomicBool; 6],
-    tracked: [AtomicU32; 6],
-    written: [AtomicU32; 6],
-    installs: [AtomicU32; 6],
+    tracking: [AtomicBool; ThreadClass::COUNT],
+    tracked: [AtomicU32; ThreadClass::COUNT],
+    written: [AtomicU32; ThreadClass::COUNT],
+    installs: [AtomicU32; ThreadClass::COUNT],
 }
 
 impl Default for WriteRatio {

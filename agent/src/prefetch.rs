@@ -195,12 +195,14 @@ pub struct ClassCounters {
     pub hit_pages: AtomicU64,
     /// Windows dropped because too many pages were in flight.
     pub dropped: AtomicU64,
+    /// Windows dropped because the reclaimer's reserve of free budget was low.
+    pub dropped_low_reserve: AtomicU64,
 }
 
 /// All counters of the engine, indexed by `ThreadClass as usize`.
 #[derive(Debug, Default)]
 pub struct PrefetchCounters {
-    pub by_class: [ClassCounters; 6],
+    pub by_class: [ClassCounters; crate::model::ThreadClass::COUNT],
 }
 
 /// The stream a fault belongs to.

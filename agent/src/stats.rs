@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use crate::pager::{FaultKind, Pager, ThreadClass, FAULT_KINDS};
+use crate::model::{FaultKind, ThreadClass};
+use crate::pager::Pager;
 
 /// Stop-the-world pause times from JVMTI GarbageCollectionStart/Finish.
 #[derive(Debug, Default)]
@@ -71,14 +72,14 @@ pub fn document(
     wall: std::time::Duration,
 ) -> Value {
     let mut faults = serde_json::Map::new();
-    let mut totals = [0u64; 5];
+    let mut totals = [0u64; FaultKind::COUNT];
     let mut gc_remote = 0u64;
     let mut gc_total = 0u64;
     if let Some(p) = pager {
         for class in ThreadClass::ALL {
             let mut m = serde_json::Map::new();
             let mut sum = 0;
-            for kind in FAULT_KINDS {
+            for kind in FaultKind::ALL {
                 let v = p.counters().faults[class as usize][kind as usize].load(Ordering::Relaxed);
                 m.insert(kind.name().into(), v.into());
                 totals[kind as usize] += v;
@@ -100,7 +101,8 @@ pub fn document(
     let all = totals[FaultKind::Zero as usize]
         + remote
         + totals[FaultKind::Write as usize]
-        + totals[FaultKind::Hit as usize];
+        + totals[FaultKind::Hit as usize]
+        + totals[FaultKind::Reactivate as usize];
     let share = |num: u64, den: u64| {
         if den == 0 {
             Value::Null
@@ -141,7 +143,13 @@ pub fn document(
             },
             "concurrent_cycles": ld(&c.concurrent_cycles),
             "app_faults_in_concurrent_cycle": ld(&c.app_faults_in_concurrent_cycle),
-            "latency": { "all": percentiles(&l.all), "remote": percentiles(&l.remote) },
+            "latency": {
+                "all": percentiles(&l.all),
+                "remote": percentiles(&l.remote),
+                "thread_remote": percentiles(&l.thread_remote),
+            },
+            "reclaim": reclaim_json(p),
+            "agent_cpu": cpu_json(p, remote),
         })
     });
     json!({
@@ -164,6 +172,7 @@ pub fn document(
             "write": totals[FaultKind::Write as usize],
             "stale": totals[FaultKind::Stale as usize],
             "prefetch_hit": totals[FaultKind::Hit as usize],
+            "reactivate": totals[FaultKind::Reactivate as usize],
             "gc_share_of_remote": share(gc_remote, remote),
             "gc_share_of_all": share(gc_total, all),
         },
@@ -171,6 +180,48 @@ pub fn document(
         "gc": gc.to_json(),
         "process": process_memory(),
     })
+}
+
+/// The reclaimer and the reference sampler: what sampling cost (local reactivation faults)
+/// and what it found (pages kept, refaults a longer list would have saved).
+fn reclaim_json(p: &Pager) -> Value {
+    let r = p.reclaim_counters();
+    let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let (inactive, target) = p.inactive_pages();
+    let (low, high) = p.watermarks();
+    json!({
+        "mode": if p.sampling() { "clock" } else { "fifo" },
+        "watermarks_pages": { "low": low, "high": high },
+        "inactive_pages": inactive,
+        "inactive_target_pages": target,
+        "deactivated": ld(&r.deactivated),
+        "reactivated": ld(&r.reactivated),
+        "workingset_refaults": ld(&r.workingset_refaults),
+        "direct_reclaims": ld(&r.direct_reclaims),
+        "background_passes": ld(&r.background_passes),
+        "background_evicted": ld(&r.background_evicted),
+    })
+}
+
+/// CPU time of the agent's own threads (the TCP client runs on them), in all and per remote
+/// fault.
+fn cpu_json(p: &Pager, remote_faults: u64) -> Value {
+    let mut m = serde_json::Map::new();
+    let mut total = 0.0;
+    for (role, t) in p.cpu_times() {
+        total += t.as_secs_f64();
+        m.insert(format!("{}_s", role.name()), json!(t.as_secs_f64()));
+    }
+    m.insert("total_s".into(), json!(total));
+    m.insert(
+        "per_remote_fault_us".into(),
+        if remote_faults == 0 {
+            Value::Null
+        } else {
+            json!(total * 1e6 / remote_faults as f64)
+        },
+    );
+    Value::Object(m)
 }
 
 /// Prefetch counters by stream class, with accuracy and coverage; also for all classes.
@@ -191,6 +242,7 @@ fn prefetch_json(p: &Pager) -> Option<Value> {
             (&sum.marker_misses, &c.marker_misses),
             (&sum.hit_pages, &c.hit_pages),
             (&sum.dropped, &c.dropped),
+            (&sum.dropped_low_reserve, &c.dropped_low_reserve),
         ] {
             to.fetch_add(ld(from), Ordering::Relaxed);
         }
@@ -213,6 +265,7 @@ fn class_json(c: &crate::prefetch::ClassCounters, demand: u64) -> Value {
         "marker_misses": ld(&c.marker_misses),
         "hit_pages": e.hits,
         "dropped_windows": ld(&c.dropped),
+        "dropped_low_reserve": ld(&c.dropped_low_reserve),
         "demand_faults": demand,
         "accuracy": e.accuracy,
         "coverage": e.coverage,

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use crate::pager::{ThreadClass, ThreadClassifier, ThreadKind};
+use crate::model::{ThreadClass, ThreadClassifier, ThreadKind};
 
 /// Kernel thread names (`/proc/self/task/TID/comm`, at most 15 bytes) of HotSpot's own threads.
 pub fn kind_by_name(name: &str) -> Option<ThreadKind> {

@@ -4,7 +4,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use memliner_agent::pager::{Pager, PagerConfig, Span, ThreadClass, ThreadClassifier, ThreadKind};
+use memliner_agent::maps::Span;
+use memliner_agent::model::{ThreadClass, ThreadClassifier, ThreadKind};
+use memliner_agent::pager::{Pager, PagerConfig};
 use swap_backend::{LocalStore, PageStore, PAGE_SIZE};
 
 mod common;

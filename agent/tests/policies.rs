@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use memliner_agent::pager::{Pager, PagerConfig, Span, ThreadClass, ThreadClassifier, ThreadKind};
+use memliner_agent::maps::Span;
+use memliner_agent::model::{FaultKind, ThreadClass, ThreadClassifier, ThreadKind};
+use memliner_agent::pager::{Pager, PagerConfig};
 use memliner_agent::policy::{Baseline, MemLiner, PagingPolicy, StreamScope};
 use swap_backend::{LocalStore, PAGE_SIZE};
 
@@ -231,7 +233,9 @@ fn an_application_write_promotes_a_page_the_gc_brought_in() {
             });
         })
     };
-    // Page 100 (read far from other reads so that no window covers it) comes in cold...
+    // Page 100 (read far from other reads so that no window covers it) comes in cold, with
+    // the reclaimer's reserve full (else background reclaim may evict it before the write)...
+    pager.settle();
     gc(100..101);
     // ...and the application writes it: promoted.
     region.write(100, 1, 42);
@@ -241,7 +245,7 @@ fn an_application_write_promotes_a_page_the_gc_brought_in() {
         c.promoted.load(Ordering::SeqCst),
         1,
         "faults by class and kind: {:?}",
-        ThreadClass::ALL.map(|c| (0..5).map(|k| f(c, k)).collect::<Vec<_>>())
+        ThreadClass::ALL.map(|c| (0..FaultKind::COUNT).map(|k| f(c, k)).collect::<Vec<_>>())
     );
     gc(200..500);
     // SAFETY: as above.

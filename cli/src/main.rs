@@ -55,6 +55,10 @@ enum Cmd {
         /// written back).
         #[arg(long)]
         dirty: Option<String>,
+        /// Reclaim: clock (unmap pages but keep their bytes to see which are used before
+        /// evicting them) or fifo (evict in arrival order).
+        #[arg(long)]
+        reclaim: Option<String>,
         /// Pass the -agentpath argument in this environment variable instead of on the command
         /// line, for launchers that start the JVM themselves (the Spark scripts read
         /// MEMLINER_AGENT_OPTS).
@@ -154,6 +158,7 @@ fn main() -> ExitCode {
             handlers,
             token,
             dirty,
+            reclaim,
             agent_env,
             quiet,
             command,
@@ -170,6 +175,7 @@ fn main() -> ExitCode {
                 dirty,
                 prefetch,
                 streams,
+                reclaim,
                 agent_env,
             };
             match launch(&cfg, &command, false) {

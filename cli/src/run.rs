@@ -26,6 +26,8 @@ pub struct RunConfig {
     pub prefetch: Option<usize>,
     /// `streams=` value: `thread` or `class`.
     pub streams: Option<String>,
+    /// `reclaim=` value: `clock` or `fifo`.
+    pub reclaim: Option<String>,
     /// Hand the `-agentpath:` argument over in this environment variable instead of putting
     /// it on the command line (for launchers such as spark-submit that start the JVM).
     pub agent_env: Option<String>,
@@ -45,6 +47,7 @@ impl Default for RunConfig {
             dirty: None,
             prefetch: None,
             streams: None,
+            reclaim: None,
             agent_env: None,
         }
     }
@@ -57,6 +60,8 @@ pub struct RunOutcome {
     pub wall: Duration,
     /// The stats document, if the agent wrote one.
     pub stats: Option<serde_json::Value>,
+    /// CPU time the embedded memory server spent serving this run.
+    pub server_cpu: Option<Duration>,
     /// Captured output (empty when inherited).
     pub stdout: String,
     pub stderr: String,
@@ -106,6 +111,9 @@ pub fn agent_arg(
     }
     if let Some(s) = &cfg.streams {
         opts.push(format!("streams={s}"));
+    }
+    if let Some(r) = &cfg.reclaim {
+        opts.push(format!("reclaim={r}"));
     }
     format!("-agentpath:{}={}", agent.display(), opts.join(","))
 }
@@ -200,6 +208,7 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
         serde_json::from_str(&doc).ok()
     });
     let embedded_addr = embedded.as_ref().map(|h| h.local_addr().to_string());
+    let server_cpu = embedded.as_ref().map(|h| h.cpu_time());
     if let Some(h) = embedded {
         h.stop();
     }
@@ -207,6 +216,7 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
         status: out.status,
         wall,
         stats,
+        server_cpu,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         embedded: embedded_addr,

@@ -97,9 +97,40 @@ pub fn lines(stats: &Value) -> Vec<String> {
             u(pager, &["cold", "promoted"]),
         ));
     }
+    let r = &pager["reclaim"];
+    if r.is_object() {
+        out.push(format!(
+            "reclaim ({}): {} pages sampled, {} touched again (local faults), {} refaults a longer inactive list would have saved; {} direct-reclaim stalls",
+            r["mode"].as_str().unwrap_or("?"),
+            u(r, &["deactivated"]),
+            u(r, &["reactivated"]),
+            u(r, &["workingset_refaults"]),
+            u(r, &["direct_reclaims"]),
+        ));
+    }
+    let cpu = &pager["agent_cpu"];
+    if cpu.is_object() {
+        out.push(format!(
+            "agent CPU {:.2} s (handlers {:.2}, reclaimer {:.2}, prefetch {:.2}), {:.1} us per remote fault",
+            f(cpu, &["total_s"]).unwrap_or(0.0),
+            f(cpu, &["fault_handlers_s"]).unwrap_or(0.0),
+            f(cpu, &["reclaimer_s"]).unwrap_or(0.0),
+            f(cpu, &["prefetch_s"]).unwrap_or(0.0),
+            f(cpu, &["per_remote_fault_us"]).unwrap_or(0.0),
+        ));
+    }
     let lat = &pager["latency"]["all"];
+    let thread = &pager["latency"]["thread_remote"];
+    if u(thread, &["count"]) > 0 {
+        out.push(format!(
+            "remote fault as the faulting thread sees it (probe, {} samples): p50 {:.1} us, p99 {:.1} us",
+            u(thread, &["count"]),
+            f(thread, &["p50_us"]).unwrap_or(0.0),
+            f(thread, &["p99_us"]).unwrap_or(0.0),
+        ));
+    }
     out.push(format!(
-        "fault service p50 {:.1} us, p99 {:.1} us; GC pauses {} ({:.0} ms in all); wall {wall:.2} s",
+        "fault service (handler-side) p50 {:.1} us, p99 {:.1} us; GC pauses {} ({:.0} ms in all); wall {wall:.2} s",
         f(lat, &["p50_us"]).unwrap_or(0.0),
         f(lat, &["p99_us"]).unwrap_or(0.0),
         u(stats, &["gc", "pauses"]),
@@ -120,7 +151,12 @@ mod tests {
             "pager": {"budget_pages": 4096, "heap_pages": 16384, "store": "tcp://127.0.0.1:1",
                       "peak_resident_pages": 4000, "remote": {"pages_read": 10, "pages_written": 5},
                       "evictions": {"clean": 1, "dirty": 2, "zero": 3},
-                      "latency": {"all": {"p50_us": 4.0, "p99_us": 20.0}}},
+                      "latency": {"all": {"p50_us": 4.0, "p99_us": 20.0},
+                                  "thread_remote": {"count": 7, "p50_us": 30.0, "p99_us": 90.0}},
+                      "reclaim": {"mode": "clock", "deactivated": 900, "reactivated": 300,
+                                  "workingset_refaults": 20, "direct_reclaims": 2},
+                      "agent_cpu": {"total_s": 1.5, "fault_handlers_s": 1.0, "reclaimer_s": 0.4,
+                                    "prefetch_s": 0.1, "per_remote_fault_us": 12.5}},
             "faults": {"total": 100, "zero": 50, "remote": 40, "write": 10, "gc_share_of_remote": 0.75,
                        "by_class": {"application": {"total": 25}, "gc": {"total": 75}}},
             "gc": {"pauses": 3, "pause_total_ms": 12.0},
@@ -140,6 +176,18 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("cold queue"), "baseline: {text}");
+        assert!(
+            text.contains(
+                "reclaim (clock): 900 pages sampled, 300 touched again (local faults), 20 refaults"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("2 direct-reclaim stalls"), "{text}");
+        assert!(text.contains("agent CPU 1.50 s (handlers 1.00, reclaimer 0.40, prefetch 0.10), 12.5 us per remote fault"), "{text}");
+        assert!(
+            text.contains("(probe, 7 samples): p50 30.0 us, p99 90.0 us"),
+            "{text}"
+        );
         let off = lines(&serde_json::json!({"policy": "off", "wall_ms": 10.0, "pager": null}));
         assert!(off[0].contains("not paged"));
     }

@@ -7,12 +7,14 @@
 #![warn(unsafe_code)]
 
 pub mod conformance;
+pub mod cpu;
 pub mod protocol;
 pub mod server;
+pub mod spin;
 pub mod store;
 pub mod tcp;
 pub mod units;
 
 pub use protocol::PAGE_SIZE;
 pub use store::{LocalStore, PageStore, StoreError, StripedStore};
-pub use tcp::{TcpOptions, TcpStore};
+pub use tcp::{set_thread_lane, Lane, TcpOptions, TcpStore};

@@ -37,6 +37,8 @@ struct Shared {
     used_pages: AtomicU64,
     pages_read: AtomicU64,
     pages_written: AtomicU64,
+    /// CPU time of finished connection threads, nanoseconds.
+    cpu_ns: AtomicU64,
     namespaces: Mutex<HashMap<String, Arc<Namespace>>>,
     /// Notified whenever a namespace goes away (its last connection closed).
     namespace_gone: std::sync::Condvar,
@@ -63,6 +65,11 @@ impl ServerHandle {
     /// Pages currently stored, across all namespaces.
     pub fn pages_stored(&self) -> u64 {
         self.shared.used_pages.load(Ordering::Relaxed)
+    }
+
+    /// CPU time the connection threads that have closed used serving their clients.
+    pub fn cpu_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.shared.cpu_ns.load(Ordering::Relaxed))
     }
 
     /// Waits until no client is connected, at most `timeout`; `true` if none is.
@@ -104,6 +111,7 @@ pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle
         used_pages: AtomicU64::new(0),
         pages_read: AtomicU64::new(0),
         pages_written: AtomicU64::new(0),
+        cpu_ns: AtomicU64::new(0),
         namespaces: Mutex::new(HashMap::new()),
         namespace_gone: std::sync::Condvar::new(),
         stopping: AtomicBool::new(false),
@@ -160,6 +168,10 @@ struct Attachment<'a> {
 
 impl Drop for Attachment<'_> {
     fn drop(&mut self) {
+        // Counted before the namespace can go: whoever waits for the server to be idle then
+        // reads the whole CPU time.
+        let cpu = crate::cpu::thread_cpu_time().as_nanos() as u64;
+        self.shared.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
         let mut all = lock(&self.shared.namespaces);
         if self.ns.connections.fetch_sub(1, Ordering::SeqCst) == 1 {
             all.remove(&self.name);

@@ -9,6 +9,27 @@ use std::time::Duration;
 use crate::protocol::{self, code, read_frame, write_frame, Op, MAX_BATCH, PAGE_SIZE};
 use crate::store::{PageStore, StoreError};
 
+/// Which traffic a thread sends. Each lane has connections of its own, so a demand read never
+/// waits behind a prefetch window or a write-back batch on the same socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Fault handlers: the faulting thread waits for these.
+    Demand,
+    /// Prefetch workers.
+    Prefetch,
+    /// The background reclaimer's write-backs.
+    Reclaim,
+}
+
+thread_local! {
+    static LANE: std::cell::Cell<Lane> = const { std::cell::Cell::new(Lane::Demand) };
+}
+
+/// Declares the lane of the calling thread's requests (default: [`Lane::Demand`]).
+pub fn set_thread_lane(lane: Lane) {
+    LANE.with(|l| l.set(lane));
+}
+
 /// Frames in flight per connection. Replies to reads are large and requests to writes are large,
 /// never both, so a bounded window cannot deadlock on full socket buffers.
 pub const WINDOW: usize = 8;
@@ -26,7 +47,8 @@ pub struct TcpOptions {
     pub token: String,
     /// This client's namespace on the server: all connections of one client share it.
     pub namespace: String,
-    /// How many connections to keep (one per concurrent caller, e.g. fault-handler threads).
+    /// How many demand connections to keep (one per concurrent caller, e.g. fault-handler
+    /// threads); the prefetch and reclaim lanes get one more each.
     pub connections: usize,
 }
 
@@ -43,7 +65,7 @@ impl TcpStore {
     pub fn connect(addr: &str, options: TcpOptions) -> Result<TcpStore, StoreError> {
         let mut store = TcpStore {
             addr: addr.to_string(),
-            pool: (0..options.connections.max(1))
+            pool: (0..options.connections.max(1) + 2)
                 .map(|_| Mutex::new(None))
                 .collect(),
             options,
@@ -155,12 +177,18 @@ impl TcpStore {
         &self,
         f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        // A free connection if there is one, else wait for the first.
-        let mut slot = self
-            .pool
+        // The lane's own connections: demand callers share the first ones (a free one if
+        // there is one, else wait for the first), prefetch and reclaim have one each.
+        let demand = self.pool.len() - 2;
+        let lane = match LANE.with(|l| l.get()) {
+            Lane::Demand => &self.pool[..demand],
+            Lane::Prefetch => &self.pool[demand..demand + 1],
+            Lane::Reclaim => &self.pool[demand + 1..],
+        };
+        let mut slot = lane
             .iter()
             .find_map(|m| m.try_lock().ok())
-            .unwrap_or_else(|| self.pool[0].lock().unwrap());
+            .unwrap_or_else(|| lane[0].lock().unwrap());
         if slot.is_none() {
             *slot = Some(self.open()?.0);
         }
@@ -275,19 +303,14 @@ impl PageStore for TcpStore {
     }
 }
 
-/// How long a caller spins for a reply before sleeping in `read`. On virtual machines a
-/// sleeping thread takes tens of microseconds to wake, more than a loopback or RDMA round trip;
-/// a fault handler that spins briefly answers faults sooner.
-const SPIN: Duration = Duration::from_micros(50);
-
-/// Polls the socket without blocking until data is there or [`SPIN`] has passed.
+/// Polls the socket without blocking until data is there, while [`crate::spin`] allows it
+/// (a core is idle, at most [`crate::spin::SPIN`]); the caller then blocks in `read`.
 #[allow(unsafe_code)]
 pub(crate) fn spin_until_readable(stream: &TcpStream) {
     use std::os::fd::AsRawFd;
     let fd = stream.as_raw_fd();
-    let start = std::time::Instant::now();
     let mut b = 0u8;
-    loop {
+    crate::spin::spin_until(|| {
         // SAFETY: a one-byte peek into a local; MSG_DONTWAIT never blocks.
         let n = unsafe {
             libc::recv(
@@ -297,11 +320,8 @@ pub(crate) fn spin_until_readable(stream: &TcpStream) {
                 libc::MSG_PEEK | libc::MSG_DONTWAIT,
             )
         };
-        if n != -1 || start.elapsed() >= SPIN {
-            return;
-        }
-        std::hint::spin_loop();
-    }
+        n != -1
+    });
 }
 
 /// True if `e` is the server saying it is out of room.

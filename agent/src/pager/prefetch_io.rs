@@ -3,7 +3,8 @@
 //!
 //! A handler queues a window on a crossbeam injector and wakes a worker. The worker claims the
 //! window's remote pages (`Remote -> Busy`, skipping any page that changed meanwhile),
-//! reserves room for them in the local budget (evicting like a fault would), reads them in one
+//! charges them to the local budget (a window is dropped rather than evict when the
+//! reclaimer's reserve is low: demand faults come first), reads them in one
 //! batch (the TCP store pipelines it), maps all but the marker write-protected and keeps the
 //! marker's copy here (`Cached`). A fault that lands on a page while it is `Busy` is retried
 //! by its handler until the page is mapped or cached, so it never sees wrong bytes.
@@ -15,12 +16,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
 
 use crossbeam_deque::{Injector, Steal, Worker};
 use swap_backend::PAGE_SIZE;
 
-use super::{PagerConfig, Shared, ThreadClass, BUSY, CACHED, CLEAN, DIRTY, REMOTE, SPIN};
+use super::page_table::PageState;
+use super::{PagerConfig, Shared};
+use crate::model::ThreadClass;
 use crate::policy::Source;
 use crate::prefetch::{PrefetchCounters, StreamKey, Streams};
 use crate::uffd::CopyOutcome;
@@ -126,13 +128,20 @@ impl Shared {
         };
         let pages: Vec<u32> = window
             .into_iter()
-            .filter(|&q| self.state[q as usize].load(Ordering::Relaxed) == REMOTE)
+            .filter(|&q| self.table.get(q as usize) == PageState::Remote)
             .map(|q| q as u32)
             .collect();
         if pages.is_empty() {
             return;
         }
         let c = &pf.counters.by_class[class as usize];
+        // Prefetch backs off while the reserve is low: the free pages are the demand
+        // faults'.
+        if self.free_pages() < self.reclaim.low + pages.len() {
+            c.dropped_low_reserve.fetch_add(1, Ordering::Relaxed);
+            self.reclaim.wake();
+            return;
+        }
         let n = pages.len();
         if pf.inflight.fetch_add(n, Ordering::SeqCst) + n > pf.max_inflight {
             pf.inflight.fetch_sub(n, Ordering::SeqCst);
@@ -153,9 +162,9 @@ impl Shared {
             .prefetch
             .as_ref()
             .expect("workers run only with prefetch");
+        swap_backend::set_thread_lane(swap_backend::Lane::Prefetch);
         let local = Worker::new_fifo();
         let mut buf = Vec::new();
-        let mut idle_since = Instant::now();
         loop {
             if self.stop.load(Ordering::SeqCst) {
                 return;
@@ -172,11 +181,9 @@ impl Shared {
                     let n = job.pages.len();
                     self.fetch_window(job, &mut buf);
                     pf.inflight.fetch_sub(n, Ordering::SeqCst);
-                    idle_since = Instant::now();
                 }
-                // Windows come in bursts: poll briefly before parking (an unpark between
-                // the empty check and the park makes the park return at once).
-                None if idle_since.elapsed() < SPIN => std::hint::spin_loop(),
+                // Never spin: a window is not worth a core the application may need (an
+                // unpark between the empty check and the park makes the park return at once).
                 None => std::thread::park(),
             }
         }
@@ -184,32 +191,32 @@ impl Shared {
 
     fn fetch_window(&self, job: Job, buf: &mut Vec<u8>) {
         let pf = self.prefetch.as_ref().unwrap();
-        let claimed: Vec<usize> = job
+        // In stream order; charged now, so that the budget holds while they are in flight.
+        let mut claims: Vec<_> = job
             .pages
             .iter()
-            .map(|&p| p as usize)
-            .filter(|&p| {
-                self.state[p]
-                    .compare_exchange(REMOTE, BUSY, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok()
-            })
+            .filter_map(|&p| self.table.claim(p as usize, PageState::Remote))
             .collect();
-        if claimed.is_empty() {
+        if claims.is_empty() {
             return;
         }
-        let release = |pages: &[usize]| {
-            for &p in pages {
-                self.state[p].store(REMOTE, Ordering::SeqCst);
-            }
-        };
-        if !self.reserve(claimed.len()) {
-            return release(&claimed);
+        for c in &mut claims {
+            c.charge();
+        }
+        if self.table.charged() + self.reclaim.low > self.config.budget_pages {
+            // Faults took the reserve meanwhile: give the pages back (dropping the claims
+            // restores them).
+            pf.counters.by_class[job.class as usize]
+                .dropped_low_reserve
+                .fetch_add(1, Ordering::Relaxed);
+            self.reclaim.wake();
+            return;
         }
         // The marker is the middle of the window in stream order: reached, it says the
         // stream got halfway, with half a window left to hide the next window's fetch.
-        let marker = claimed[claimed.len() / 2];
-        let mut pages = claimed;
-        pages.sort_unstable();
+        let marker = claims[claims.len() / 2].page();
+        claims.sort_unstable_by_key(|c| c.page());
+        let pages: Vec<usize> = claims.iter().map(|c| c.page()).collect();
         let ids: Vec<u64> = pages.iter().map(|&p| p as u64).collect();
         buf.resize(pages.len() * PAGE_SIZE, 0);
         if let Err(e) = self.store.read_pages(&ids, buf) {
@@ -229,23 +236,36 @@ impl Shared {
             .fetch_add(ids.len() as u64, Ordering::Relaxed);
         let admission = self.config.policy.admission(job.class, Source::Prefetch);
         let protect = self.tracks_dirty(job.class);
-        let state = if protect { CLEAN } else { DIRTY };
+        let state = if protect {
+            PageState::Clean
+        } else {
+            PageState::Dirty
+        };
         let mut mapped = 0usize;
         let mut gone = 0usize;
+        let mut marker_claim = None;
         // Map runs of neighbouring pages (the marker excluded) with one ioctl each.
-        let mut i = 0;
-        while i < pages.len() {
-            if pages[i] == marker {
-                i += 1;
+        let mut claims = claims.into_iter().enumerate().peekable();
+        while let Some((i, c)) = claims.next() {
+            if c.page() == marker {
+                marker_claim = Some((i, c));
                 continue;
             }
-            let mut j = i + 1;
-            while j < pages.len() && pages[j] == pages[j - 1] + 1 && pages[j] != marker {
-                j += 1;
+            let mut run = vec![c];
+            while let Some((_, next)) = claims.peek() {
+                let last = run.last().unwrap().page();
+                if next.page() != last + 1 || next.page() == marker {
+                    break;
+                }
+                run.push(claims.next().unwrap().1);
             }
-            let run = &pages[i..j];
-            let whole = self.map_prefetched(run[0], &buf[i * PAGE_SIZE..j * PAGE_SIZE], protect);
-            for (k, &p) in run.iter().enumerate() {
+            let whole = self.map_prefetched(
+                run[0].page(),
+                &buf[i * PAGE_SIZE..(i + run.len()) * PAGE_SIZE],
+                protect,
+            );
+            for (k, c) in run.into_iter().enumerate() {
+                let p = c.page();
                 let o = if whole {
                     CopyOutcome::Copied
                 } else {
@@ -257,23 +277,21 @@ impl Shared {
                 };
                 match o {
                     CopyOutcome::Copied | CopyOutcome::Exists => {
-                        self.residency[p].store(0, Ordering::Release);
-                        self.state[p].store(state, Ordering::SeqCst);
+                        c.finish(state);
                         // Not referenced yet: a prefetched page earns its second chance.
                         self.admit(p, admission, false);
                         mapped += 1;
                     }
+                    // The mm is changing (an unread event): the store's copy is current, and
+                    // dropping the claim makes the page Remote again.
                     CopyOutcome::Again | CopyOutcome::Gone => {
-                        // The mm is changing (an unread event): the store's copy is current.
-                        self.resident.fetch_sub(1, Ordering::SeqCst);
-                        self.state[p].store(REMOTE, Ordering::SeqCst);
+                        drop(c);
                         gone += 1;
                     }
                 }
             }
-            i = j;
         }
-        let mi = pages.binary_search(&marker).unwrap();
+        let (mi, mc) = marker_claim.expect("the marker is one of the claimed pages");
         let data: Box<[u8]> = buf[mi * PAGE_SIZE..(mi + 1) * PAGE_SIZE].into();
         let evicted = {
             let mut m = pf.markers.lock().unwrap();
@@ -287,27 +305,24 @@ impl Shared {
                 },
             );
             m.order.push_back(marker as u32);
-            self.state[marker].store(CACHED, Ordering::SeqCst);
+            mc.finish(PageState::Cached);
             let mut out = Vec::new();
             while m.map.len() > pf.max_markers {
                 let Some(old) = m.order.pop_front() else {
                     break;
                 };
-                if self.state[old as usize]
-                    .compare_exchange(CACHED, BUSY, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok()
-                {
+                if let Some(c) = self.table.claim(old as usize, PageState::Cached) {
                     if let Some(mk) = m.map.remove(&old) {
-                        out.push((old, mk.stream, mk.class));
+                        out.push((c, mk.stream, mk.class));
                     }
                 }
             }
             out
         };
-        for (old, stream, class) in evicted {
-            let page = old as u64;
-            self.state[old as usize].store(REMOTE, Ordering::SeqCst);
-            self.resident.fetch_sub(1, Ordering::SeqCst);
+        for (c, stream, class) in evicted {
+            let page = c.page() as u64;
+            // The store's copy is current.
+            c.finish(PageState::Remote);
             pf.counters.by_class[class as usize]
                 .marker_misses
                 .fetch_add(1, Ordering::Relaxed);
@@ -322,14 +337,14 @@ impl Shared {
         let c = &pf.counters.by_class[job.class as usize];
         c.windows.fetch_add(1, Ordering::Relaxed);
         c.pages.fetch_add((mapped + 1) as u64, Ordering::Relaxed);
-        self.note_resident();
+        self.table.note_peak();
     }
 
     /// Maps a run of prefetched pages from `data` in one ioctl; `false` if it did not map
     /// them all (the caller then maps page by page).
     fn map_prefetched(&self, first: usize, data: &[u8], protect: bool) -> bool {
         // SAFETY: `data` holds whole pages; the pages from `first` on are registered (they
-        // were Remote) and Busy, owned by this worker, so nobody else maps them.
+        // were Remote) and claimed by this worker, so nobody else maps them.
         let r = unsafe {
             self.uffd.copy(
                 self.page_addr(first),

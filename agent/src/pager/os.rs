@@ -1,0 +1,322 @@
+//! The pager's raw OS calls: discarding pages (madvise / process_madvise), mincore, copying
+//! pages out of the heap without risking a fault, eventfds, anonymous memory for the slots,
+//! and spawning threads with every signal blocked.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use swap_backend::PAGE_SIZE;
+
+pub(super) fn spawn_blocking_signals(
+    name: String,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    // Threads inherit the creator's mask: block everything around the spawn so that no signal
+    // (HotSpot's SIGSEGV probes, SIGQUIT, ...) is ever delivered to a fault handler.
+    // SAFETY: sigset manipulation on local values; pthread_sigmask only changes this thread.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let r = std::thread::Builder::new().name(name).spawn(f);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    }
+}
+
+/// Which pages of `[base, base + npages pages)` are resident, by mincore.
+pub(super) fn mincore_resident(base: usize, npages: usize) -> Vec<bool> {
+    let mut vec = vec![0u8; npages];
+    // SAFETY: mincore only reads page tables; vec has one byte per page. Unmapped holes make it
+    // fail with ENOMEM, in which case we fall back to per-page queries.
+    let rc = unsafe { libc::mincore(base as *mut _, npages * PAGE_SIZE, vec.as_mut_ptr()) };
+    if rc != 0 {
+        for (i, v) in vec.iter_mut().enumerate() {
+            // SAFETY: as above, one page at a time.
+            let r =
+                unsafe { libc::mincore((base + i * PAGE_SIZE) as *mut _, PAGE_SIZE, v as *mut u8) };
+            if r != 0 {
+                *v = 0;
+            }
+        }
+    }
+    vec.iter().map(|v| v & 1 == 1).collect()
+}
+
+/// How eviction discards pages: one process_madvise call for a whole batch where the kernel
+/// allows MADV_DONTNEED there, else one madvise per run of pages.
+pub(super) enum Madvise {
+    Process(OwnedFd),
+    PerRun,
+}
+
+impl std::fmt::Debug for Madvise {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Madvise::Process(_) => "process_madvise",
+            Madvise::PerRun => "madvise",
+        })
+    }
+}
+
+impl Madvise {
+    pub(super) fn probe() -> Madvise {
+        // SAFETY: pidfd_open on our own pid; the fd is owned right away.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as i32;
+        if pidfd < 0 {
+            return Madvise::PerRun;
+        }
+        // SAFETY: fresh fd owned by nobody else.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+        // Probe on a private page of our own.
+        // SAFETY: anonymous private mapping we own and unmap below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Madvise::PerRun;
+        }
+        let iov = libc::iovec {
+            iov_base: p,
+            iov_len: PAGE_SIZE,
+        };
+        // SAFETY: the iovec names our own mapping.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_process_madvise,
+                pidfd.as_raw_fd(),
+                &iov as *const libc::iovec,
+                1usize,
+                libc::MADV_DONTNEED,
+                0u32,
+            )
+        };
+        // SAFETY: unmapping the probe page we mapped.
+        unsafe { libc::munmap(p, PAGE_SIZE) };
+        if rc == PAGE_SIZE as i64 {
+            Madvise::Process(pidfd)
+        } else {
+            Madvise::PerRun
+        }
+    }
+
+    /// Discards `runs` (start address, length). Only called on pages the pager owns (`Busy`).
+    pub(super) fn dontneed(&self, runs: &[(usize, usize)]) -> std::io::Result<()> {
+        if let Madvise::Process(pidfd) = self {
+            for chunk in runs.chunks(512) {
+                let iov: Vec<libc::iovec> = chunk
+                    .iter()
+                    .map(|&(s, l)| libc::iovec {
+                        iov_base: s as *mut _,
+                        iov_len: l,
+                    })
+                    .collect();
+                let want: usize = chunk.iter().map(|r| r.1).sum();
+                // SAFETY: every iovec names Busy pages of the registered region.
+                let rc = unsafe {
+                    libc::syscall(
+                        libc::SYS_process_madvise,
+                        pidfd.as_raw_fd(),
+                        iov.as_ptr(),
+                        iov.len(),
+                        libc::MADV_DONTNEED,
+                        0u32,
+                    )
+                };
+                if rc as usize != want {
+                    return per_run(chunk);
+                }
+            }
+            return Ok(());
+        }
+        per_run(runs)
+    }
+}
+
+fn per_run(runs: &[(usize, usize)]) -> std::io::Result<()> {
+    for &(s, l) in runs {
+        // SAFETY: the run covers Busy pages of the registered region that the pager has
+        // written back (or whose stored copy is current); their content may be discarded.
+        if unsafe { libc::madvise(s as *mut _, l, libc::MADV_DONTNEED) } != 0 {
+            let e = std::io::Error::last_os_error();
+            // ENOMEM: part of the run was unmapped under us (the mapped part is discarded
+            // all the same); the UNMAP event, not yet read, resets those pages.
+            if e.raw_os_error() != Some(libc::ENOMEM) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Coalesces sorted page indexes into (address, length) runs.
+pub(super) fn runs(base: usize, pages: &[usize]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &p in pages {
+        let a = base + p * PAGE_SIZE;
+        match out.last_mut() {
+            Some((s, l)) if *s + *l == a => *l += PAGE_SIZE,
+            _ => out.push((a, PAGE_SIZE)),
+        }
+    }
+    out
+}
+
+/// Copies whole pages out of the heap with process_vm_readv on ourselves, so that a page the
+/// JVM unmapped concurrently (heap shrink) reads as a failure instead of a SIGSEGV in our
+/// thread. `dsts[i]` receives the page at `srcs[i]`. Returns which pages were copied.
+///
+/// # Safety
+/// Every `dsts[i]` must be valid for writes of a page, and no source page may be missing in a
+/// userfaultfd-registered range (the copy would wait for the caller's own handler).
+pub(super) unsafe fn copy_out(srcs: &[usize], dsts: &[*mut u8]) -> Vec<bool> {
+    debug_assert_eq!(srcs.len(), dsts.len());
+    let mut ok = vec![false; srcs.len()];
+    let mut i = 0;
+    while i < srcs.len() {
+        let n = (srcs.len() - i).min(512);
+        let local: Vec<libc::iovec> = dsts[i..i + n]
+            .iter()
+            .map(|&d| libc::iovec {
+                iov_base: d.cast(),
+                iov_len: PAGE_SIZE,
+            })
+            .collect();
+        let remote: Vec<libc::iovec> = srcs[i..i + n]
+            .iter()
+            .map(|&a| libc::iovec {
+                iov_base: a as *mut _,
+                iov_len: PAGE_SIZE,
+            })
+            .collect();
+        // SAFETY: local iovecs name the caller's page buffers (see the contract); remote ones
+        // name our own heap pages, which the kernel reads with fault checks.
+        let got = unsafe {
+            libc::process_vm_readv(
+                libc::getpid(),
+                local.as_ptr(),
+                n as _,
+                remote.as_ptr(),
+                n as _,
+                0,
+            )
+        };
+        let whole = if got > 0 { got as usize / PAGE_SIZE } else { 0 };
+        for flag in &mut ok[i..i + whole] {
+            *flag = true;
+        }
+        // Skip the page that failed (if any) and go on after it.
+        i += whole + usize::from(whole < n);
+    }
+    ok
+}
+
+/// A non-blocking eventfd, to wake a thread blocked in poll.
+pub(super) fn eventfd() -> std::io::Result<OwnedFd> {
+    // SAFETY: eventfd with constant flags; the fd is owned immediately.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if efd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: efd was just created and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(efd) })
+}
+
+/// Adds one to an eventfd's counter (wakes its poller).
+pub(super) fn kick(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a local to our eventfd.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+/// Empties an eventfd's counter.
+pub(super) fn drain(fd: &OwnedFd) {
+    let mut v = 0u64;
+    // SAFETY: reads the 8-byte eventfd counter into a local.
+    unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+}
+
+/// Waits until `fds` are readable; `timeout_ms` -1 blocks, 0 polls. Returns poll's count.
+pub(super) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> std::io::Result<usize> {
+    // SAFETY: polls the caller's pollfd array, whose length is passed with it.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout_ms) };
+    if rc < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(rc as usize)
+}
+
+/// Private anonymous memory owned by the pager (not registered with userfaultfd): the
+/// reclaimer's slots.
+pub(super) struct AnonMemory {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory; who may touch which page is decided by the slot
+// allocator that owns it.
+unsafe impl Send for AnonMemory {}
+// SAFETY: as above.
+unsafe impl Sync for AnonMemory {}
+
+impl AnonMemory {
+    pub(super) fn new(len: usize) -> std::io::Result<AnonMemory> {
+        let len = len.max(PAGE_SIZE);
+        // SAFETY: a fresh private anonymous mapping; owned by the returned value.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(AnonMemory { ptr: p.cast(), len })
+    }
+
+    pub(super) fn page(&self, i: usize) -> *mut u8 {
+        assert!((i + 1) * PAGE_SIZE <= self.len);
+        // SAFETY: in bounds, checked above.
+        unsafe { self.ptr.add(i * PAGE_SIZE) }
+    }
+}
+
+impl Drop for AnonMemory {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping this value owns.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_coalesce_neighbours() {
+        assert_eq!(
+            runs(0x1000, &[0, 1, 2, 5, 6, 9]),
+            vec![
+                (0x1000, 3 * PAGE_SIZE),
+                (0x1000 + 5 * PAGE_SIZE, 2 * PAGE_SIZE),
+                (0x1000 + 9 * PAGE_SIZE, PAGE_SIZE)
+            ]
+        );
+    }
+}

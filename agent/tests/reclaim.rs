@@ -1,0 +1,256 @@
+//! The reclaimer and the reference sampler on a plain mmap region (no JVM): the budget holds
+//! while faults and background reclaim race, no write is lost while pages are unmapped for
+//! sampling, direct reclaim is counted, and a hot set that fits survives a cold scan that
+//! plain FIFO replacement would let evict it.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use memliner_agent::maps::Span;
+use memliner_agent::model::{FaultKind, ThreadClass, ThreadClassifier, ThreadKind};
+use memliner_agent::pager::{Pager, PagerConfig};
+use memliner_agent::policy::Baseline;
+use swap_backend::{LocalStore, PageStore, StoreError};
+
+mod common;
+use common::{fatal, Region};
+
+struct AllApp;
+impl ThreadClassifier for AllApp {
+    fn kind_of(&self, _: u32) -> ThreadKind {
+        ThreadKind::Fixed(ThreadClass::Application)
+    }
+}
+
+const FILL_AHEAD: usize = 3;
+
+fn start(region: &Region, budget: usize, sampling: bool, store: Box<dyn PageStore>) -> Pager {
+    Pager::start(
+        region.base,
+        region.len(),
+        &[Span {
+            start: region.base,
+            end: region.base + region.len(),
+        }],
+        PagerConfig {
+            budget_pages: budget,
+            fill_ahead: FILL_AHEAD,
+            evict_batch: 8,
+            sampling,
+            prefetch_depth: 0,
+            policy: Arc::new(Baseline { prefetch: false }),
+            ..PagerConfig::default()
+        },
+        store,
+        Box::new(AllApp),
+        fatal,
+    )
+    .unwrap()
+}
+
+fn remote_faults(p: &Pager) -> u64 {
+    p.counters().faults[ThreadClass::Application as usize][FaultKind::Remote as usize]
+        .load(Ordering::SeqCst)
+}
+
+/// `threads` writers, each owning one u64 of every page, write a counter into random pages
+/// and check that each still holds what they wrote last; returns when all are done.
+fn write_and_check(region: &Region, threads: usize, steps: usize) {
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        for t in 0..threads {
+            let failed = &failed;
+            sc.spawn(move || {
+                let mut last = vec![0u64; region.pages];
+                let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (t as u64 + 1);
+                for step in 1..=steps as u64 {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let p = seed as usize % region.pages;
+                    let seen = region.read(p, t);
+                    if seen != last[p] {
+                        eprintln!("thread {t} page {p}: read {seen:#x}, wrote {:#x}", last[p]);
+                        failed.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    let v = (t as u64) << 48 | step;
+                    region.write(p, t, v);
+                    last[p] = v;
+                }
+                // Everything once more, in order.
+                for (p, want) in last.iter().enumerate() {
+                    if region.read(p, t) != *want {
+                        eprintln!("thread {t} page {p}: lost a write at the end");
+                        failed.store(true, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+    assert!(!failed.load(Ordering::SeqCst), "a write was lost");
+}
+
+#[test]
+fn the_budget_holds_while_faults_and_reclaim_race() {
+    const BUDGET: usize = 64;
+    let region = Region::new(512);
+    let pager = start(&region, BUDGET, true, Box::new(LocalStore::new(1 << 20)));
+    // Sampled from another thread while four writers fault and the reclaimer runs.
+    let peak = AtomicUsize::new(0);
+    let peak_mincore = AtomicUsize::new(0);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !done.load(Ordering::SeqCst) {
+                peak.fetch_max(pager.resident_pages(), Ordering::SeqCst);
+                peak_mincore.fetch_max(pager.mincore_resident_pages(), Ordering::SeqCst);
+                std::thread::yield_now();
+            }
+        });
+        write_and_check(&region, 4, 20_000);
+        done.store(true, Ordering::SeqCst);
+    });
+    // The documented slack: each handler may hold one fault's claims (the page and its
+    // fill-ahead) charged while it reclaims.
+    let slack = 1 + FILL_AHEAD;
+    let (peak, peak_mincore) = (peak.into_inner(), peak_mincore.into_inner());
+    assert!(
+        peak <= BUDGET + slack,
+        "charged {peak} > {BUDGET} + {slack}"
+    );
+    assert!(
+        pager.peak_resident_pages() <= BUDGET + slack,
+        "peak {}",
+        pager.peak_resident_pages()
+    );
+    // Mapped heap pages are a part of the charged ones (inactive pages live in slots).
+    assert!(peak_mincore <= BUDGET + slack, "mincore saw {peak_mincore}");
+    let r = pager.reclaim_counters();
+    assert!(r.deactivated.load(Ordering::SeqCst) > 0);
+    assert!(
+        r.background_evicted.load(Ordering::SeqCst) > 0,
+        "the reclaimer evicted nothing"
+    );
+}
+
+#[test]
+fn no_write_is_lost_while_pages_are_unmapped_for_sampling() {
+    // A budget near the region's size keeps most pages inactive rather than remote: the
+    // writes race deactivation and reactivation, not only eviction.
+    let region = Region::new(160);
+    let store = LocalStore::new(1 << 20);
+    let pager = start(&region, 128, true, Box::new(store));
+    write_and_check(&region, 4, 40_000);
+    let reactivated = pager.reclaim_counters().reactivated.load(Ordering::SeqCst);
+    let local_faults = pager.counters().faults[ThreadClass::Application as usize]
+        [FaultKind::Reactivate as usize]
+        .load(Ordering::SeqCst);
+    assert!(reactivated > 100, "only {reactivated} reactivations");
+    assert_eq!(reactivated, local_faults);
+}
+
+/// A store whose writes take a while, as a slow or distant server's do.
+struct SlowWrites(LocalStore);
+impl PageStore for SlowWrites {
+    fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
+        self.0.read_pages(ids, out)
+    }
+    fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
+        std::thread::sleep(Duration::from_millis(20));
+        self.0.write_pages(ids, data)
+    }
+    fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
+        self.0.free_pages(ids)
+    }
+    fn describe(&self) -> String {
+        "slow".into()
+    }
+}
+
+#[test]
+fn a_fault_that_finds_the_budget_full_reclaims_itself_and_is_counted() {
+    // Writes fill fresh pages far faster than a slow store takes the write-backs: the
+    // reclaimer's reserve runs out and faults must reclaim directly.
+    let region = Region::new(1024);
+    let pager = start(
+        &region,
+        64,
+        false,
+        Box::new(SlowWrites(LocalStore::new(1 << 20))),
+    );
+    for p in 0..region.pages {
+        region.write(p, 0, p as u64 + 1);
+    }
+    for p in 0..region.pages {
+        assert_eq!(region.read(p, 0), p as u64 + 1, "page {p}");
+    }
+    let r = pager.reclaim_counters();
+    assert!(
+        r.direct_reclaims.load(Ordering::SeqCst) > 0,
+        "no direct reclaim counted"
+    );
+    assert!(
+        pager.peak_resident_pages() <= 64 + 1 + FILL_AHEAD,
+        "peak {} overruns {} charged {} inactive {:?}",
+        pager.peak_resident_pages(),
+        pager.counters().budget_overruns.load(Ordering::SeqCst),
+        pager.resident_pages(),
+        pager.inactive_pages()
+    );
+}
+
+/// Touches the hot set, then steps through a cold scan of pages never used again, touching
+/// the whole hot set again after every scan page. Returns the remote faults on hot pages.
+fn hot_set_through_a_scan(sampling: bool) -> (u64, usize) {
+    const HOT: usize = 24;
+    const SCAN: usize = 1200;
+    let region = Region::new(HOT + SCAN);
+    let pager = start(&region, 64, sampling, Box::new(LocalStore::new(1 << 20)));
+    // Write everything once so that every page lives remotely (the scan then fetches).
+    for p in 0..region.pages {
+        region.write(p, 0, p as u64 + 1);
+    }
+    for p in 0..HOT {
+        assert_eq!(region.read(p, 0), p as u64 + 1);
+    }
+    let before = remote_faults(&pager);
+    for s in HOT..HOT + SCAN {
+        assert_eq!(region.read(s, 0), s as u64 + 1);
+        for p in 0..HOT {
+            assert_eq!(region.read(p, 0), p as u64 + 1);
+        }
+    }
+    let hot_remote = (remote_faults(&pager) - before).saturating_sub(SCAN as u64);
+    let r = pager.reclaim_counters();
+    eprintln!(
+        "sampling={sampling}: deactivated {} reactivated {} workingset {} direct {} target {:?}",
+        r.deactivated.load(Ordering::SeqCst),
+        r.reactivated.load(Ordering::SeqCst),
+        r.workingset_refaults.load(Ordering::SeqCst),
+        r.direct_reclaims.load(Ordering::SeqCst),
+        pager.inactive_pages()
+    );
+    let kept = (0..HOT)
+        .filter(|&p| pager.page_state(p).is_charged())
+        .count();
+    (hot_remote, kept)
+}
+
+#[test]
+fn a_hot_set_that_fits_survives_a_cold_scan_with_sampled_references() {
+    let (fifo_remote, _) = hot_set_through_a_scan(false);
+    let (clock_remote, kept) = hot_set_through_a_scan(true);
+    // FIFO cannot see touches of mapped pages: the scan pushes the hot set out again and
+    // again. Sampling sees them and keeps it.
+    assert!(
+        fifo_remote >= 200,
+        "fifo refetched only {fifo_remote} hot pages"
+    );
+    assert!(
+        clock_remote * 2 <= fifo_remote,
+        "sampling refetched {clock_remote} hot pages, fifo {fifo_remote}"
+    );
+    assert_eq!(kept, 24, "hot pages not local at the end");
+}

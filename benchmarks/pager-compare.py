@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Side-by-side runs of the pager's data-path variants on one workload, interleaved, with
+medians: `benchmarks/pager-compare.py [--reps N] [--out FILE]` (after `cargo build --release`
+and compiling java/src into target/java-classes, as `memliner demo` does).
+
+Each variant is one `memliner run` (embedded TCP server unless the variant says `local`);
+the report gives wall-time medians, the ratio to the no-agent run, and from the stats:
+remote faults, local reactivation faults, direct reclaims, agent CPU per remote fault,
+handler-side and faulting-thread (probe) latency."""
+import argparse, json, os, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEMLINER = os.path.join(ROOT, "target/release/memliner")
+JAVA = ["java", "-XX:+UseG1GC", "-Xms32m", "-Xmx32m", "-cp",
+        os.path.join(ROOT, "target/java-classes"), "memliner.workloads.Graph", "--nodes", "30000"]
+
+VARIANTS = [
+    ("no agent (all local)", None, {}),
+    ("memliner, tcp, reclaim=clock", ["--policy", "memliner", "--reclaim", "clock"], {}),
+    ("memliner, tcp, reclaim=fifo", ["--policy", "memliner", "--reclaim", "fifo"], {}),
+    ("baseline, tcp, reclaim=clock", ["--policy", "baseline", "--reclaim", "clock"], {}),
+    ("memliner, in-process store", ["--policy", "memliner", "--server", "local"], {}),
+    ("memliner, tcp, MEMLINER_SPIN=always", ["--policy", "memliner"], {"MEMLINER_SPIN": "always"}),
+]
+
+
+def run(flags, env):
+    stats = tempfile.mktemp(suffix=".json")
+    cmd = JAVA if flags is None else [MEMLINER, "run", "-q", "--local", "25%", "--stats", stats] + flags + ["--"] + JAVA
+    t = time.monotonic()
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
+    wall = time.monotonic() - t
+    result = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
+    if out.returncode != 0 or not result or "verified=true" not in result[0]:
+        sys.exit(f"run failed: {' '.join(cmd)}\n{out.stdout}\n{out.stderr}")
+    checksum = [f for f in result[0].split() if f.startswith("checksum=")][0]
+    doc = None
+    if flags is not None:
+        with open(stats) as f:
+            doc = json.load(f)
+        os.remove(stats)
+    return wall, checksum, doc
+
+
+def pick(doc, *path):
+    for p in path:
+        if doc is None:
+            return None
+        doc = doc.get(p)
+    return doc
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out", default="-")
+    a = ap.parse_args()
+    rows = {v[0]: [] for v in VARIANTS}
+    checksums = set()
+    for rep in range(a.reps):
+        order = VARIANTS if rep % 2 == 0 else VARIANTS[::-1]
+        for name, flags, env in order:
+            wall, cs, doc = run(flags, env)
+            checksums.add(cs)
+            rows[name].append((wall, doc))
+            print(f"rep {rep + 1}/{a.reps} {name}: {wall:.2f} s", file=sys.stderr)
+    if len(checksums) != 1:
+        sys.exit(f"checksums differ: {checksums}")
+    base = statistics.median(w for w, _ in rows[VARIANTS[0][0]])
+    med = lambda xs: statistics.median(xs) if xs else None
+    lines = ["| variant | wall s (median) | x all-local | remote faults | reactivations | direct reclaims | agent CPU s | CPU us / remote fault | handler p50/p99 us | thread p50/p99 us |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, flags, _ in VARIANTS:
+        walls = [w for w, _ in rows[name]]
+        docs = [d for _, d in rows[name] if d]
+        m = lambda *p: med([pick(d, *p) for d in docs if pick(d, *p) is not None])
+        fmt = lambda v, f="{:.0f}": "–" if v is None else f.format(v)
+        lines.append("| {} | {:.2f} | {:.1f} | {} | {} | {} | {} | {} | {}/{} | {}/{} |".format(
+            name, med(walls), med(walls) / base,
+            fmt(m("faults", "remote")), fmt(m("faults", "reactivate")),
+            fmt(m("pager", "reclaim", "direct_reclaims")),
+            fmt(m("pager", "agent_cpu", "total_s"), "{:.2f}"),
+            fmt(m("pager", "agent_cpu", "per_remote_fault_us"), "{:.1f}"),
+            fmt(m("pager", "latency", "remote", "p50_us"), "{:.1f}"), fmt(m("pager", "latency", "remote", "p99_us"), "{:.0f}"),
+            fmt(m("pager", "latency", "thread_remote", "p50_us"), "{:.1f}"), fmt(m("pager", "latency", "thread_remote", "p99_us"), "{:.0f}")))
+    text = "\n".join(lines) + "\n"
+    if a.out == "-":
+        print(text)
+    else:
+        with open(a.out, "w") as f:
+            f.write(text)
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
