@@ -350,7 +350,6 @@ impl<'a> Handler<'a> {
                     self.s.store.describe_page(p as u64)
                 ));
             }
-            self.s.counters.pages_read.fetch_add(1, Ordering::Relaxed);
             self.fetch_buf.as_ptr()
         };
         // A write fault with pages claimed ahead maps the whole run in one ioctl; if that
@@ -372,6 +371,10 @@ impl<'a> Handler<'a> {
             drop(ahead);
             drop(c);
             return self.retry.push(ev);
+        }
+        if !zero {
+            // Counted once the read is used: a retried fault reads again.
+            self.s.counters.pages_read.fetch_add(1, Ordering::Relaxed);
         }
         let source = if zero {
             Source::ZeroFill
