@@ -94,17 +94,9 @@ fn largest_anonymous(maps: &[Mapping]) -> Option<(usize, usize)> {
 mod tests {
     use super::*;
 
-    const MAPS: &str = "\
-7f0000000000-7f0000100000 rw-p 00000000 00:00 0
-7f0000100000-7f0000200000 rw-p 00000000 00:00 0
-7f0000200000-7f0000300000 rw-p 00001000 fd:01 1234 /usr/lib/jvm/lib/server/classes.jsa
-7f0000300000-7f0000400000 ---p 00000000 00:00 0
-7f1000000000-7f1000001000 r-xp 00000000 fd:01 99 /usr/lib/libc.so.6
-";
-
     #[test]
     fn fallback_picks_the_largest_anonymous_run() {
-        let maps = parse_maps(MAPS);
+        let maps = parse_maps(crate::maps::TEST_MAPS);
         assert_eq!(largest_anonymous(&maps), Some((0x7f0000000000, 0x200000)));
     }
 }

@@ -81,11 +81,10 @@ pub fn subtract(spans: &[Span], lo: usize, hi: usize) -> Vec<Span> {
     out
 }
 
+/// A /proc/self/maps excerpt for tests: two anonymous mappings, the CDS archive file-backed
+/// between them and a reserved (---p) one after it, then a library.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MAPS: &str = "\
+pub(crate) const TEST_MAPS: &str = "\
 7f0000000000-7f0000100000 rw-p 00000000 00:00 0
 7f0000100000-7f0000200000 rw-p 00000000 00:00 0
 7f0000200000-7f0000300000 rw-p 00001000 fd:01 1234 /usr/lib/jvm/lib/server/classes.jsa
@@ -93,9 +92,13 @@ mod tests {
 7f1000000000-7f1000001000 r-xp 00000000 fd:01 99 /usr/lib/libc.so.6
 ";
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
     #[test]
     fn spans_skip_file_backed_mappings_and_merge_neighbours() {
-        let maps = parse_maps(MAPS);
+        let maps = parse_maps(TEST_MAPS);
         assert_eq!(maps.len(), 5);
         assert_eq!(maps[2].path, "/usr/lib/jvm/lib/server/classes.jsa");
         let spans = anonymous_spans(&maps, 0x7f0000080000, 0x300000);

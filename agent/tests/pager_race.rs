@@ -4,20 +4,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use memliner_agent::maps::Span;
-use memliner_agent::model::{ThreadClass, ThreadClassifier, ThreadKind};
 use memliner_agent::pager::{Pager, PagerConfig};
 use swap_backend::{LocalStore, PageStore, PAGE_SIZE};
 
 mod common;
-use common::{fatal, Region};
-
-struct AllApp;
-impl ThreadClassifier for AllApp {
-    fn kind_of(&self, _tid: u32) -> ThreadKind {
-        ThreadKind::Fixed(ThreadClass::Application)
-    }
-}
+use common::{start_pager, AllApp, Region};
 
 fn start(region: &Region, budget: usize, handlers: usize, store: Box<dyn PageStore>) -> Pager {
     start_with(region, budget, handlers, store, true)
@@ -30,13 +21,8 @@ fn start_with(
     store: Box<dyn PageStore>,
     track_dirty: bool,
 ) -> Pager {
-    Pager::start(
-        region.base,
-        region.len(),
-        &[Span {
-            start: region.base,
-            end: region.base + region.len(),
-        }],
+    start_pager(
+        region,
         PagerConfig {
             budget_pages: budget,
             handlers,
@@ -47,9 +33,7 @@ fn start_with(
         },
         store,
         Box::new(AllApp),
-        fatal,
     )
-    .unwrap()
 }
 
 /// Each thread owns a disjoint set of u64 slots spread over all pages and writes a counter

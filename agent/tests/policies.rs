@@ -5,14 +5,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use memliner_agent::maps::Span;
 use memliner_agent::model::{FaultKind, ThreadClass, ThreadClassifier, ThreadKind};
 use memliner_agent::pager::{Pager, PagerConfig};
 use memliner_agent::policy::{Baseline, MemLiner, PagingPolicy, StreamScope};
-use swap_backend::{LocalStore, PAGE_SIZE};
+use swap_backend::LocalStore;
 
 mod common;
-use common::{fatal, Region};
+use common::{start_pager, Region};
 
 /// Threads registered as GC threads are of the class given at registration; all others are
 /// application threads.
@@ -45,13 +44,8 @@ impl ThreadClassifier for Classes {
 }
 
 fn start(region: &Region, budget: usize, policy: Arc<dyn PagingPolicy>, classes: Classes) -> Pager {
-    Pager::start(
-        region.base,
-        region.pages * PAGE_SIZE,
-        &[Span {
-            start: region.base,
-            end: region.base + region.pages * PAGE_SIZE,
-        }],
+    start_pager(
+        region,
         PagerConfig {
             budget_pages: budget,
             evict_batch: 8,
@@ -61,9 +55,7 @@ fn start(region: &Region, budget: usize, policy: Arc<dyn PagingPolicy>, classes:
         },
         Box::new(LocalStore::new(1 << 20)),
         Box::new(classes),
-        fatal,
     )
-    .unwrap()
 }
 
 fn memliner() -> Arc<dyn PagingPolicy> {

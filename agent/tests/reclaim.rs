@@ -7,32 +7,19 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use memliner_agent::maps::Span;
-use memliner_agent::model::{FaultKind, ThreadClass, ThreadClassifier, ThreadKind};
+use memliner_agent::model::{FaultKind, ThreadClass};
 use memliner_agent::pager::{Pager, PagerConfig};
 use memliner_agent::policy::Baseline;
 use swap_backend::{LocalStore, PageStore, StoreError};
 
 mod common;
-use common::{fatal, Region};
-
-struct AllApp;
-impl ThreadClassifier for AllApp {
-    fn kind_of(&self, _: u32) -> ThreadKind {
-        ThreadKind::Fixed(ThreadClass::Application)
-    }
-}
+use common::{start_pager, AllApp, Region};
 
 const FILL_AHEAD: usize = 3;
 
 fn start(region: &Region, budget: usize, sampling: bool, store: Box<dyn PageStore>) -> Pager {
-    Pager::start(
-        region.base,
-        region.len(),
-        &[Span {
-            start: region.base,
-            end: region.base + region.len(),
-        }],
+    start_pager(
+        region,
         PagerConfig {
             budget_pages: budget,
             fill_ahead: FILL_AHEAD,
@@ -44,9 +31,7 @@ fn start(region: &Region, budget: usize, sampling: bool, store: Box<dyn PageStor
         },
         store,
         Box::new(AllApp),
-        fatal,
     )
-    .unwrap()
 }
 
 fn remote_faults(p: &Pager) -> u64 {

@@ -19,6 +19,18 @@ use crate::model::{FaultKind, ThreadClass, ThreadKind};
 use crate::policy::Source;
 use crate::uffd::{CopyOutcome, Event};
 
+/// One page fault being served: the event (kept for a retry) and what was read from it.
+#[derive(Clone, Copy)]
+struct Fault {
+    ev: Event,
+    page: usize,
+    write: bool,
+    tid: u32,
+    class: ThreadClass,
+    /// When the handler read the event (handler-side latency starts here).
+    started: Instant,
+}
+
 /// One fault-handler thread.
 pub(super) struct Handler<'a> {
     s: &'a Shared,
@@ -64,7 +76,8 @@ impl<'a> Handler<'a> {
             let mut ready = if self.retry.is_empty() {
                 let mut n = 0;
                 swap_backend::spin::spin_until(|| {
-                    n = os::poll(&mut fds, 0).unwrap_or(1);
+                    // An error is reported by the blocking poll below.
+                    n = os::poll(&mut fds, 0).unwrap_or(0);
                     n > 0
                 });
                 n
@@ -208,13 +221,20 @@ impl<'a> Handler<'a> {
                 if addr < self.s.base || addr >= self.s.base + self.s.npages * PAGE_SIZE {
                     return;
                 }
-                let p = (addr - self.s.base) / PAGE_SIZE;
                 let class = self.class_of(tid);
                 self.note_phase(class);
+                let f = Fault {
+                    ev,
+                    page: (addr - self.s.base) / PAGE_SIZE,
+                    write,
+                    tid,
+                    class,
+                    started,
+                };
                 if wp {
-                    self.write_fault(ev, p, class);
+                    self.write_fault(f);
                 } else {
-                    self.missing_fault(ev, p, write, tid, class, started);
+                    self.missing_fault(f);
                 }
             }
             Event::Unmap { start, end } => {
@@ -276,23 +296,16 @@ impl<'a> Handler<'a> {
         }
     }
 
-    fn missing_fault(
-        &mut self,
-        ev: Event,
-        p: usize,
-        write: bool,
-        tid: u32,
-        class: ThreadClass,
-        started: Instant,
-    ) {
+    fn missing_fault(&mut self, f: Fault) {
+        let Fault {
+            ev, page: p, class, ..
+        } = f;
         match self.s.table.get(p) {
-            PageState::Cached => self.marker_fault(ev, p, write, tid, class, started),
+            PageState::Cached => self.marker_fault(f),
             PageState::InactiveClean | PageState::InactiveDirty | PageState::Writeback => {
-                self.reactivate(ev, p, write, class, started)
+                self.reactivate(f)
             }
-            s @ (PageState::Untouched | PageState::Remote) => {
-                self.fetch_fault(ev, p, s, write, tid, class, started)
-            }
+            s @ (PageState::Untouched | PageState::Remote) => self.fetch_fault(f, s),
             s @ (PageState::CleanZero | PageState::Clean | PageState::Dirty) => {
                 // Already mapped (a duplicate message), or discarded by the JVM behind our back
                 // (then zeros are the right content).
@@ -316,17 +329,15 @@ impl<'a> Handler<'a> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn fetch_fault(
-        &mut self,
-        ev: Event,
-        p: usize,
-        s: PageState,
-        write: bool,
-        tid: u32,
-        class: ThreadClass,
-        started: Instant,
-    ) {
+    fn fetch_fault(&mut self, f: Fault, s: PageState) {
+        let Fault {
+            ev,
+            page: p,
+            write,
+            tid,
+            class,
+            started,
+        } = f;
         let Some(mut c) = self.s.table.claim(p, s) else {
             return self.retry.push(ev);
         };
@@ -452,14 +463,15 @@ impl<'a> Handler<'a> {
     }
 
     /// A touch of an inactive page: its bytes come back from its slot, no network.
-    fn reactivate(
-        &mut self,
-        ev: Event,
-        p: usize,
-        write: bool,
-        class: ThreadClass,
-        started: Instant,
-    ) {
+    fn reactivate(&mut self, f: Fault) {
+        let Fault {
+            ev,
+            page: p,
+            write,
+            class,
+            started,
+            ..
+        } = f;
         let Some(c) = self.s.table.claim_if(p, PageState::is_inactive) else {
             return self.retry.push(ev);
         };
@@ -485,7 +497,7 @@ impl<'a> Handler<'a> {
         let freed = (from != PageState::Writeback).then_some(slot);
         self.s.reclaim.reactivated(freed);
         let admission = self.s.config.policy.admission(class, Source::Demand);
-        if class == ThreadClass::Application && self.s.reclaim.promote(p) {
+        if self.s.config.policy.promotes(class) && self.s.reclaim.promote(p) {
             self.s.counters.promoted.fetch_add(1, Ordering::Relaxed);
         }
         if self.finish_install(c, outcome, state) {
@@ -497,15 +509,15 @@ impl<'a> Handler<'a> {
 
     /// A fault on a prefetched marker: served from the local copy, counted as a hit of its
     /// window, and the faulting thread's stream asks for the next window.
-    fn marker_fault(
-        &mut self,
-        ev: Event,
-        p: usize,
-        write: bool,
-        tid: u32,
-        class: ThreadClass,
-        started: Instant,
-    ) {
+    fn marker_fault(&mut self, f: Fault) {
+        let Fault {
+            ev,
+            page: p,
+            write,
+            tid,
+            class,
+            started,
+        } = f;
         let Some(c) = self.s.table.claim(p, PageState::Cached) else {
             return self.retry.push(ev);
         };
@@ -537,7 +549,10 @@ impl<'a> Handler<'a> {
         self.s.prefetch_after(tid, class, p, true);
     }
 
-    fn write_fault(&mut self, ev: Event, p: usize, class: ThreadClass) {
+    fn write_fault(&mut self, f: Fault) {
+        let Fault {
+            ev, page: p, class, ..
+        } = f;
         let s = self.s.table.get(p);
         match s {
             PageState::Clean | PageState::CleanZero | PageState::Dirty => {

@@ -240,6 +240,21 @@ impl Reclaim {
         }
     }
 
+    /// Gives deactivation victims back (their claims restore their states) to the front of
+    /// the queue they came from.
+    fn requeue<'t>(&self, victims: impl IntoIterator<Item = (Claim<'t>, bool)>) {
+        let mut q = self.queues.lock().unwrap();
+        for (c, cold) in victims {
+            let p = c.page() as u32;
+            drop(c);
+            if cold {
+                q.cold.push_front(p);
+            } else {
+                q.active.push_front(p);
+            }
+        }
+    }
+
     /// Queues pages cold (the pages of a finished pause); returns how many became cold.
     pub fn make_cold(&self, pages: &[u32], still_mapped: impl Fn(usize) -> bool) -> u64 {
         let mut q = self.queues.lock().unwrap();
@@ -491,22 +506,13 @@ impl Shared {
         let mut slots = r.slots.alloc(victims.len());
         if slots.len() < victims.len() {
             // Out of slots (a list this long is already being written back): the rest stay.
-            let mut q = r.queues.lock().unwrap();
-            for (c, cold) in victims.drain(slots.len()..) {
-                let p = c.page() as u32;
-                drop(c);
-                if cold {
-                    q.cold.push_front(p);
-                } else {
-                    q.active.push_front(p);
-                }
-            }
+            r.requeue(victims.drain(slots.len()..));
         }
         if victims.is_empty() {
             r.slots.release(&slots);
             return Evicted::NoVictim;
         }
-        // Sorted by page (and slots alike), so that runs coalesce.
+        // Page order, so that the write-protect and discard runs coalesce.
         let mut order: Vec<usize> = (0..victims.len()).collect();
         order.sort_unstable_by_key(|&i| victims[i].0.page());
         let dirty: Vec<usize> = order
@@ -524,16 +530,7 @@ impl Shared {
                     // An unread event is changing the mm: give the pages back (a page left
                     // protected but Dirty is unprotected by its next write fault).
                     r.slots.release(&slots);
-                    let mut q = r.queues.lock().unwrap();
-                    for (c, cold) in victims {
-                        let p = c.page() as u32;
-                        drop(c);
-                        if cold {
-                            q.cold.push_front(p);
-                        } else {
-                            q.active.push_front(p);
-                        }
-                    }
+                    r.requeue(victims);
                     return Evicted::Again;
                 }
                 Err(e) => self.die(&format!("cannot write-protect heap pages at {s:#x}: {e}")),

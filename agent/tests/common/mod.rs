@@ -1,11 +1,44 @@
 //! Helpers shared by the pager tests that run without a JVM.
 #![allow(dead_code)] // each test binary uses its own part
 
-use swap_backend::PAGE_SIZE;
+use memliner_agent::maps::Span;
+use memliner_agent::model::{ThreadClass, ThreadClassifier, ThreadKind};
+use memliner_agent::pager::{Pager, PagerConfig};
+use swap_backend::{PageStore, PAGE_SIZE};
 
 pub fn fatal(msg: &str) -> ! {
     eprintln!("pager test fatal: {msg}");
     std::process::abort()
+}
+
+/// Every thread is an application thread.
+pub struct AllApp;
+impl ThreadClassifier for AllApp {
+    fn kind_of(&self, _tid: u32) -> ThreadKind {
+        ThreadKind::Fixed(ThreadClass::Application)
+    }
+}
+
+/// Starts a pager over the whole region.
+pub fn start_pager(
+    region: &Region,
+    config: PagerConfig,
+    store: Box<dyn PageStore>,
+    classifier: Box<dyn ThreadClassifier>,
+) -> Pager {
+    Pager::start(
+        region.base,
+        region.len(),
+        &[Span {
+            start: region.base,
+            end: region.base + region.len(),
+        }],
+        config,
+        store,
+        classifier,
+        fatal,
+    )
+    .unwrap()
 }
 
 pub struct Region {
