@@ -47,6 +47,10 @@ pub enum Mode {
     /// No agent, in the kernel baseline's cgroup without a limit: measures what the JVM
     /// holds, to size the kernel runs' limits.
     KernelCalibrate,
+    /// `policy=memliner` with `reclaim=fifo`: no reference sampling, for what sampling saves.
+    MemlinerFifo,
+    /// `policy=memliner` with the in-process store (`server=local`): the pager's cost alone.
+    MemlinerInProcess,
 }
 
 impl Mode {
@@ -59,6 +63,8 @@ impl Mode {
             Mode::BaselineAssume => "baseline-dirty-assume",
             Mode::MemlinerClassStreams => "memliner-class-streams",
             Mode::KernelCalibrate => "kernel-calibrate",
+            Mode::MemlinerFifo => "memliner-reclaim-fifo",
+            Mode::MemlinerInProcess => "memliner-in-process",
         }
     }
 }
@@ -151,6 +157,9 @@ pub struct Record {
     pub stats: Option<Value>,
     /// The kernel baseline's figures: limit, peak usage, major faults, swap-ins.
     pub kernel: Option<Value>,
+    /// CPU time the embedded memory server spent on this run (ms).
+    #[serde(default)]
+    pub server_cpu_ms: Option<f64>,
 }
 
 /// JSON has no NaN: serde_json writes it as null; read null back as NaN.
@@ -308,6 +317,12 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     out.push(p(Mode::BaselineAssume, 25));
                     out.push(p(Mode::MemlinerClassStreams, 25));
                 }
+                // The data path's own variants, on every Java workload of the first
+                // collector: reference sampling off, and the pager without a network.
+                if !cfg.kernel_only && java && *c == cfg.collectors[0] {
+                    out.push(p(Mode::MemlinerFifo, 25));
+                    out.push(p(Mode::MemlinerInProcess, 25));
+                }
             }
         }
     }
@@ -402,6 +417,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                     workload_ms: ms,
                     checksum,
                     stats: out.stats,
+                    server_cpu_ms: out.server_cpu.map(|t| t.as_secs_f64() * 1e3),
                     ..blank(p, "ok".into())
                 }
             }
@@ -494,6 +510,7 @@ fn blank(p: &Planned, outcome: String) -> Record {
         outcome,
         stats: None,
         kernel: None,
+        server_cpu_ms: None,
     }
 }
 
@@ -566,6 +583,14 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
         },
         Mode::MemlinerClassStreams => RunConfig {
             streams: Some("class".into()),
+            ..base
+        },
+        Mode::MemlinerFifo => RunConfig {
+            reclaim: Some("fifo".into()),
+            ..base
+        },
+        Mode::MemlinerInProcess => RunConfig {
+            server: Some("local".into()),
             ..base
         },
         Mode::Memliner => base,

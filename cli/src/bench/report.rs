@@ -360,6 +360,124 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         );
     }
 
+    // The data path: where a paged run's time goes.
+    let _ = writeln!(md, "\n## The data path: where the time goes (medians)\n");
+    let _ = writeln!(
+        md,
+        "Remote faults cost the faulting thread what the probe sees (a remote read timed from the \
+         faulting side: delivery to the handler, service, wake); the handler's own service time is \
+         beside it. Reactivations are the local faults reference sampling costs; a direct reclaim \
+         is a fault that found the budget full and evicted itself. Agent CPU counts the fault \
+         handlers, the reclaimer, prefetch and the probe (the TCP client runs on them); server \
+         CPU is the embedded memory server's connection threads.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| workload | collector | local | mode | x all-local | remote faults | reactivations | direct reclaims | agent CPU s | agent CPU us / remote fault | server CPU s | handler p50 / p99 us | faulting thread p50 / p99 us |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for (w, c, l) in paged_cells(cfg, rs) {
+        let c = &c;
+        let n = med(&cell(rs, &w, c, Mode::NoAgent, 100), wall);
+        for mode in [
+            Mode::Baseline,
+            Mode::Memliner,
+            Mode::MemlinerFifo,
+            Mode::MemlinerInProcess,
+        ] {
+            let m = cell(rs, &w, c, mode, l);
+            if m.is_empty() {
+                continue;
+            }
+            let us = |path: &[&str]| med(&m, |r| r.stat(path));
+            let _ = writeln!(
+                md,
+                "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} |",
+                mode.name(),
+                fmt(med(&m, wall) / n, 1),
+                fmt(us(&["faults", "remote"]), 0),
+                fmt(us(&["faults", "reactivate"]), 0),
+                fmt(us(&["pager", "reclaim", "direct_reclaims"]), 0),
+                fmt(us(&["pager", "agent_cpu", "total_s"]), 2),
+                fmt(us(&["pager", "agent_cpu", "per_remote_fault_us"]), 1),
+                fmt(med(&m, |r| r.server_cpu_ms.map(|v| v / 1e3)), 2),
+                fmt(us(&["pager", "latency", "remote", "p50_us"]), 1),
+                fmt(us(&["pager", "latency", "remote", "p99_us"]), 0),
+                fmt(us(&["pager", "latency", "thread_remote", "p50_us"]), 1),
+                fmt(us(&["pager", "latency", "thread_remote", "p99_us"]), 0),
+            );
+        }
+    }
+    // The data path's targets, per Java workload of the first collector.
+    let mut target_rows = String::new();
+    for w in workloads_of(rs) {
+        let n = med(&cell(rs, &w, first, Mode::NoAgent, 100), wall);
+        let tcp = cell(rs, &w, first, Mode::Memliner, 25);
+        let local = cell(rs, &w, first, Mode::MemlinerInProcess, 25);
+        let full = cell(rs, &w, first, Mode::Memliner, 100);
+        if tcp.is_empty() {
+            continue;
+        }
+        let lat = |q: &str| med(&tcp, |r| r.stat(&["pager", "latency", "thread_remote", q]));
+        let _ = writeln!(
+            target_rows,
+            "| {w} | {}x (<= 6x) | {}x (<= 3x) | {} / {} us (<= 15 / 100) | {}% (<= 3%) |",
+            fmt(med(&tcp, wall) / n, 1),
+            fmt(med(&local, wall) / n, 1),
+            fmt(lat("p50_us"), 1),
+            fmt(lat("p99_us"), 0),
+            fmt((med(&full, wall) / n - 1.0) * 100.0, 1),
+        );
+    }
+    if !target_rows.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Data-path targets, {first}, memliner at 25% local (medians; target in brackets)\n"
+        );
+        let _ = writeln!(
+            md,
+            "| workload | TCP loopback vs all-local | in-process store vs all-local | faulting-thread remote fault p50 / p99 | agent overhead at 100% local |\n|---|---|---|---|---|\n{target_rows}"
+        );
+    }
+
+    // What sampling costs and saves, side by side.
+    let sampled: Vec<(String, String)> = pairs(cfg, rs)
+        .into_iter()
+        .filter(|(w, c)| !cell(rs, w, c, Mode::MemlinerFifo, 25).is_empty())
+        .collect();
+    if !sampled.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Reference sampling at 25% local: reclaim=clock vs reclaim=fifo (medians)\n"
+        );
+        let _ = writeln!(
+            md,
+            "| workload | collector | wall ms clock / fifo | remote faults clock / fifo | remote faults saved | reactivations (local faults paid) | working-set refaults |\n|---|---|---|---|---|---|---|"
+        );
+        for (w, c) in sampled {
+            let clock = cell(rs, &w, &c, Mode::Memliner, 25);
+            let fifo = cell(rs, &w, &c, Mode::MemlinerFifo, 25);
+            let remote = |x: &[&Record]| med(x, |r| r.stat(&["faults", "remote"]));
+            let _ = writeln!(
+                md,
+                "| {w} | {c} | {} / {} | {} / {} | {} | {} | {} |",
+                fmt(med(&clock, wall), 0),
+                fmt(med(&fifo, wall), 0),
+                fmt(remote(&clock), 0),
+                fmt(remote(&fifo), 0),
+                fmt(remote(&fifo) - remote(&clock), 0),
+                fmt(med(&clock, |r| r.stat(&["faults", "reactivate"])), 0),
+                fmt(
+                    med(&clock, |r| r.stat(&[
+                        "pager",
+                        "reclaim",
+                        "workingset_refaults"
+                    ])),
+                    0
+                ),
+            );
+        }
+    }
+
     // Variants: dirty tracking, stream scope.
     let t = cell(rs, "graph", first, Mode::Baseline, 25);
     let a = cell(rs, "graph", first, Mode::BaselineAssume, 25);
@@ -465,14 +583,15 @@ pub fn csv(rs: &[Record]) -> String {
         "rep,workload,collector,mode,local_pct,outcome,wall_ms,workload_ms,checksum,\
          app_demand_faults,gc_remote_faults,gc_concurrent_remote_faults,prefetch_hits,\
          app_prefetch_accuracy,app_prefetch_coverage,peak_rss_bytes,kernel_limit_bytes,\
-         kernel_major_faults\n",
+         kernel_major_faults,reactivations,direct_reclaims,agent_cpu_s,server_cpu_s,\
+         thread_remote_p50_us\n",
     );
     let v = |x: Option<f64>| x.map(|x| format!("{x}")).unwrap_or_default();
     for r in rs {
         let k = |key: &str| r.kernel.as_ref().and_then(|k| k.get(key)?.as_f64());
         let _ = writeln!(
             out,
-            "{},{},{},{},{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.rep,
             r.workload,
             r.collector,
@@ -491,7 +610,74 @@ pub fn csv(rs: &[Record]) -> String {
             v(r.stat(&["process", "peak_rss_bytes"])),
             v(k("limit_bytes")),
             v(k("pgmajfault")),
+            v(r.stat(&["faults", "reactivate"])),
+            v(r.stat(&["pager", "reclaim", "direct_reclaims"])),
+            v(r.stat(&["pager", "agent_cpu", "total_s"])),
+            v(r.server_cpu_ms.map(|x| x / 1e3)),
+            v(r.stat(&["pager", "latency", "thread_remote", "p50_us"])),
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(mode: Mode, local: u32, wall_ms: f64, stats: serde_json::Value) -> Record {
+        Record {
+            rep: 0,
+            workload: "graph".into(),
+            collector: "G1".into(),
+            mode,
+            local,
+            wall_ms,
+            workload_ms: wall_ms,
+            checksum: "c".into(),
+            outcome: "ok".into(),
+            stats: Some(stats),
+            kernel: None,
+            server_cpu_ms: Some(250.0),
+        }
+    }
+
+    fn paged(remote: u64, reactivate: u64) -> serde_json::Value {
+        serde_json::json!({
+            "faults": {"remote": remote, "reactivate": reactivate},
+            "pager": {
+                "reclaim": {"direct_reclaims": 3, "workingset_refaults": 9},
+                "agent_cpu": {"total_s": 1.5, "per_remote_fault_us": 15.0},
+                "latency": {"remote": {"p50_us": 4.0, "p99_us": 80.0},
+                            "thread_remote": {"p50_us": 30.0, "p99_us": 120.0}}
+            }
+        })
+    }
+
+    #[test]
+    fn the_report_shows_where_the_data_path_time_goes_and_what_sampling_saves() {
+        let cfg = BenchConfig::quick("/tmp/x".into());
+        let rs = vec![
+            record(Mode::NoAgent, 100, 1000.0, serde_json::json!({})),
+            record(Mode::Memliner, 100, 1020.0, paged(0, 0)),
+            record(Mode::Memliner, 25, 5000.0, paged(1000, 400)),
+            record(Mode::MemlinerFifo, 25, 6000.0, paged(1600, 0)),
+            record(Mode::MemlinerInProcess, 25, 2500.0, paged(1000, 400)),
+        ];
+        let x = Extras {
+            tcp_write_gbs: 1.0,
+            tcp_read_gbs: 1.0,
+            kernel_skipped: None,
+            elapsed_s: 60.0,
+        };
+        let md = markdown(&cfg, &rs, &x);
+        assert!(
+            md.contains("| graph | G1 | 25% | memliner | 5.0 | 1000 | 400 | 3 | 1.50 | 15.0 | 0.25 | 4.0 / 80 | 30.0 / 120 |"),
+            "{md}"
+        );
+        assert!(md.contains("| graph | 5.0x (<= 6x) | 2.5x (<= 3x) | 30.0 / 120 us (<= 15 / 100) | 2.0% (<= 3%) |"), "{md}");
+        assert!(
+            md.contains("| graph | G1 | 5000 / 6000 | 1000 / 1600 | 600 | 400 | 9 |"),
+            "{md}"
+        );
+    }
 }
