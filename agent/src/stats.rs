@@ -189,11 +189,16 @@ fn reclaim_json(p: &Pager) -> Value {
     let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let (inactive, target) = p.inactive_pages();
     let (low, high) = p.watermarks();
+    let (grown, shrunk, (c_local, c_remote)) = p.inactive_sizing();
     json!({
         "mode": if p.sampling() { "clock" } else { "fifo" },
         "watermarks_pages": { "low": low, "high": high },
         "inactive_pages": inactive,
         "inactive_target_pages": target,
+        "target_grown": grown,
+        "target_shrunk": shrunk,
+        "cost_local_fault_us": c_local as f64 / 1e3,
+        "cost_remote_fault_us": c_remote as f64 / 1e3,
         "deactivated": ld(&r.deactivated),
         "reactivated": ld(&r.reactivated),
         "workingset_refaults": ld(&r.workingset_refaults),

@@ -210,7 +210,7 @@ fn hot_set_through_a_scan(sampling: bool) -> (u64, usize) {
     let hot_remote = (remote_faults(&pager) - before).saturating_sub(SCAN as u64);
     let r = pager.reclaim_counters();
     eprintln!(
-        "sampling={sampling}: deactivated {} reactivated {} workingset {} direct {} target {:?}",
+        "sampling={sampling}: {hot_remote} hot pages refetched; deactivated {} reactivated {} workingset {} direct {} target {:?}",
         r.deactivated.load(Ordering::SeqCst),
         r.reactivated.load(Ordering::SeqCst),
         r.workingset_refaults.load(Ordering::SeqCst),
@@ -234,7 +234,7 @@ fn a_hot_set_that_fits_survives_a_cold_scan_with_sampled_references() {
         "fifo refetched only {fifo_remote} hot pages"
     );
     assert!(
-        clock_remote * 2 <= fifo_remote,
+        clock_remote * 4 <= fifo_remote,
         "sampling refetched {clock_remote} hot pages, fifo {fifo_remote}"
     );
     assert_eq!(kept, 24, "hot pages not local at the end");

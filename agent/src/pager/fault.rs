@@ -182,13 +182,18 @@ impl<'a> Handler<'a> {
         self.s.counters.faults[class as usize][kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    fn record_latency(&self, started: Instant, remote: bool) {
+    /// Records a fault's handler-side service time; returns it (ns).
+    fn record_latency(&self, started: Instant, remote: bool) -> u64 {
         let ns = started.elapsed().as_nanos() as u64;
+        if remote {
+            self.s.reclaim.sizer().costs.remote_service(ns);
+        }
         let mut l = self.s.latencies[self.index].lock().unwrap();
         let _ = l.all.record(ns.max(1));
         if remote {
             let _ = l.remote.record(ns.max(1));
         }
+        ns
     }
 
     fn flush_wakes(&mut self) {
@@ -393,13 +398,12 @@ impl<'a> Handler<'a> {
             Source::Demand
         };
         let admission = self.s.config.policy.admission(class, source);
-        // A page evicted recently enough that a longer inactive list would have kept it
-        // belongs to the working set: admit it referenced.
-        let refault = !zero
-            && self
-                .s
+        if !zero {
+            // Feeds the inactive list's sizing and the working-set count.
+            self.s
                 .reclaim
                 .refault(self.s.table.evicted_at(p), self.s.table.charged());
+        }
         let state = if !protect {
             PageState::Dirty
         } else if zero {
@@ -408,7 +412,7 @@ impl<'a> Handler<'a> {
             PageState::Clean
         };
         if self.finish_install(c, outcome, state) {
-            self.s.admit(p, admission, refault);
+            self.s.admit(p, admission, false);
         }
         for q in ahead.drain(..) {
             let qp = q.page();
@@ -495,7 +499,7 @@ impl<'a> Handler<'a> {
         };
         // A page in write-back keeps its slot until the write is done: the reclaimer frees it.
         let freed = (from != PageState::Writeback).then_some(slot);
-        self.s.reclaim.reactivated(freed);
+        self.s.reclaim.reactivated(p, freed);
         let admission = self.s.config.policy.admission(class, Source::Demand);
         if self.s.config.policy.promotes(class) && self.s.reclaim.promote(p) {
             self.s.counters.promoted.fetch_add(1, Ordering::Relaxed);
@@ -504,7 +508,8 @@ impl<'a> Handler<'a> {
             self.s.admit(p, admission, true);
         }
         self.count(class, FaultKind::Reactivate);
-        self.record_latency(started, false);
+        let ns = self.record_latency(started, false);
+        self.s.reclaim.sizer().costs.local_service(ns);
     }
 
     /// A fault on a prefetched marker: served from the local copy, counted as a hit of its

@@ -54,6 +54,7 @@ mod prefetch_io;
 mod probe;
 mod reclaim;
 mod remap;
+mod sizing;
 
 pub use page_table::PageState;
 pub use reclaim::ReclaimCounters;
@@ -382,6 +383,17 @@ impl Pager {
 
     pub fn peak_resident_pages(&self) -> usize {
         self.shared.table.peak()
+    }
+
+    /// How often the inactive list's target grew and shrank, and the (local, remote) fault
+    /// costs in ns it was balanced with.
+    pub fn inactive_sizing(&self) -> (u64, u64, (u64, u64)) {
+        let s = self.shared.reclaim.sizer();
+        (
+            s.grown.load(Ordering::Relaxed),
+            s.shrunk.load(Ordering::Relaxed),
+            s.costs.estimate(),
+        )
     }
 
     /// Pages waiting inactive (unmapped, bytes local), and the list's current target.

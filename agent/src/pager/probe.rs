@@ -51,6 +51,7 @@ impl Shared {
             let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
             let ns = t.elapsed().as_nanos() as u64;
             if n == 1 {
+                self.reclaim.sizer().costs.thread_remote(ns);
                 let _ = self.latencies[slot]
                     .lock()
                     .unwrap()

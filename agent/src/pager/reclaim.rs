@@ -24,12 +24,9 @@
 //! reclaim", counted like the kernel's allocstall).
 //!
 //! # How big the inactive list is
-//! Its target starts at 1/4 of the budget and grows up to 1/2: a remote fault on a page evicted
-//! fewer evictions ago than there are active pages would have been a hit had the inactive list
-//! been that much longer (Linux's refault distance, mm/workingset.c), so the target grows by a
-//! page. It does not shrink on reactivations: a reactivation is the list doing its job (a
-//! page that FIFO would have evicted was seen in use). Shrinking it when refaults are far
-//! (cold data streaming through) is left for when a workload shows the need.
+//! Its target starts at 1/4 of the budget and moves between one reclaim burst (the
+//! watermarks' distance and two batches) and 1/2 of the budget, balanced epoch by epoch between the local faults sampling costs and the remote
+//! faults it saves (`sizing`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -39,6 +36,7 @@ use swap_backend::PAGE_SIZE;
 
 use super::os::{self, AnonMemory};
 use super::page_table::{Claim, PageState};
+use super::sizing::Sizer;
 use super::{Evicted, Shared};
 use crate::policy::Admission;
 
@@ -136,8 +134,7 @@ pub(super) struct Reclaim {
     inactive: AtomicUsize,
     /// Of the inactive pages, those being written back (on their way out).
     writeback: AtomicUsize,
-    target: AtomicUsize,
-    max_target: usize,
+    sizer: Sizer,
     /// Evictions so far: the clock refault distances are measured in.
     clock: AtomicU32,
     /// Per page, the number of its latest deactivation; and the count of deactivations.
@@ -160,20 +157,24 @@ impl Reclaim {
         // A reserve of 1/32 of the budget (at least 16 pages, at most 32 MiB), never more
         // than a quarter of a small budget.
         let low = (budget / 32).clamp(16, 8192).min(budget / 4).max(1);
+        let high = (low * 2).min(budget / 2).max(low);
+        let batch = batch.max(1);
         let max_target = if sampling { budget / 2 } else { 0 };
+        // A reclaim pass evicts up to `high - low` pages and a batch more in one burst: a
+        // shorter list would evict a page deactivated in the same pass before its owner ran.
+        let min_target = high - low + 2 * batch;
         Ok(Reclaim {
             queues: Mutex::new(Queues::default()),
             // Room for the largest list plus a batch in flight.
-            slots: Slots::new(max_target + 4 * batch.max(1), npages)?,
+            slots: Slots::new(max_target + 4 * batch, npages)?,
             referenced: (0..npages).map(|_| AtomicBool::new(false)).collect(),
             cold: (0..npages).map(|_| AtomicBool::new(false)).collect(),
             low,
-            high: (low * 2).min(budget / 2).max(low),
+            high,
             sampling,
             inactive: AtomicUsize::new(0),
             writeback: AtomicUsize::new(0),
-            target: AtomicUsize::new(if sampling { budget / 4 } else { 0 }),
-            max_target,
+            sizer: Sizer::new(budget, batch, min_target, max_target),
             clock: AtomicU32::new(1),
             deactivation: (0..npages).map(|_| AtomicU32::new(0)).collect(),
             deactivations: AtomicU32::new(0),
@@ -207,7 +208,11 @@ impl Reclaim {
     }
 
     pub fn inactive_target(&self) -> usize {
-        self.target.load(Ordering::Relaxed)
+        self.sizer.target()
+    }
+
+    pub fn sizer(&self) -> &Sizer {
+        &self.sizer
     }
 
     pub fn sampling(&self) -> bool {
@@ -268,33 +273,34 @@ impl Reclaim {
         n
     }
 
-    /// A remote fault on page `p`, evicted at `evicted_at` on the clock: adapts the
-    /// inactive target; `true` if the page belongs to the working set (admit it referenced).
-    pub fn refault(&self, evicted_at: u32, charged: usize) -> bool {
+    /// A remote fault on a page evicted at `evicted_at` on the clock. Counted as a
+    /// working-set refault when it was evicted fewer evictions ago than there are active
+    /// pages. (Admitting such pages referenced, as a second chance, made the graph workload
+    /// take 16% more remote faults than FIFO: it is not done.)
+    pub fn refault(&self, evicted_at: u32, charged: usize) {
         if evicted_at == 0 || !self.sampling {
-            return false;
+            return;
         }
         let distance = self.clock.load(Ordering::Relaxed).wrapping_sub(evicted_at) as usize;
+        self.sizer.refault(distance as u64);
         let active = charged.saturating_sub(self.inactive_pages());
-        if distance > active {
-            return false;
+        if distance <= active {
+            self.counters
+                .workingset_refaults
+                .fetch_add(1, Ordering::Relaxed);
         }
-        self.counters
-            .workingset_refaults
-            .fetch_add(1, Ordering::Relaxed);
-        let _ = self
-            .target
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                Some((t + 1).min(self.max_target))
-            });
-        true
     }
 
-    /// An inactive page was touched and mapped back (the caller admits it again).
-    pub fn reactivated(&self, slot_freed: Option<u32>) {
+    /// Inactive page `p` was touched and mapped back (the caller admits it again).
+    pub fn reactivated(&self, p: usize, slot_freed: Option<u32>) {
         if let Some(s) = slot_freed {
             self.slots.release(&[s]);
         }
+        let age = self
+            .deactivations
+            .load(Ordering::Relaxed)
+            .wrapping_sub(self.deactivation[p].load(Ordering::Relaxed));
+        self.sizer.reactivation(age as u64);
         self.inactive.fetch_sub(1, Ordering::Relaxed);
         self.counters.reactivated.fetch_add(1, Ordering::Relaxed);
     }
@@ -629,6 +635,7 @@ impl Shared {
         }
         let n = clean.len() + dirty.len();
         let clock = r.clock.fetch_add(n as u32, Ordering::Relaxed);
+        r.sizer.evicted(n);
         // Clean: the store's copy is current (or the page is all zeros and never stored).
         let mut freed = Vec::with_capacity(clean.len());
         for c in clean {
