@@ -40,6 +40,8 @@ pub(super) struct Handler<'a> {
     zeros: Vec<u8>,
     wakes: Vec<usize>,
     retry: Vec<Event>,
+    /// Remote pages of the batch being handled, claimed, waiting for one read.
+    fetches: Vec<(Claim<'a>, Fault)>,
 }
 
 impl<'a> Handler<'a> {
@@ -52,6 +54,7 @@ impl<'a> Handler<'a> {
             zeros: Vec::new(),
             wakes: Vec::new(),
             retry: Vec::new(),
+            fetches: Vec::new(),
         }
     }
 
@@ -118,6 +121,7 @@ impl<'a> Handler<'a> {
             for ev in events[..n].iter().copied().chain(retries) {
                 self.handle(ev, started);
             }
+            self.flush_fetches();
             self.flush_wakes();
             if !self.retry.is_empty() {
                 std::thread::yield_now();
@@ -243,6 +247,8 @@ impl<'a> Handler<'a> {
                 }
             }
             Event::Unmap { start, end } => {
+                // The fetches claimed so far first: the unmap waits for claimed pages.
+                self.flush_fetches();
                 self.flush_wakes();
                 self.s.unmapped(start, end);
             }
@@ -310,7 +316,8 @@ impl<'a> Handler<'a> {
             PageState::InactiveClean | PageState::InactiveDirty | PageState::Writeback => {
                 self.reactivate(f)
             }
-            s @ (PageState::Untouched | PageState::Remote) => self.fetch_fault(f, s),
+            PageState::Untouched => self.zero_fault(f),
+            PageState::Remote => self.remote_fault(f),
             s @ (PageState::CleanZero | PageState::Clean | PageState::Dirty) => {
                 // Already mapped (a duplicate message), or discarded by the JVM behind our back
                 // (then zeros are the right content).
@@ -334,20 +341,21 @@ impl<'a> Handler<'a> {
         }
     }
 
-    fn fetch_fault(&mut self, f: Fault, s: PageState) {
+    /// A first touch: zero-filled here, with a run of untouched pages ahead for a write.
+    fn zero_fault(&mut self, f: Fault) {
         let Fault {
             ev,
             page: p,
             write,
-            tid,
             class,
             started,
+            ..
         } = f;
-        let Some(mut c) = self.s.table.claim(p, s) else {
+        let Some(mut c) = self.s.table.claim(p, PageState::Untouched) else {
             return self.retry.push(ev);
         };
         c.charge();
-        let mut ahead = if s == PageState::Untouched && write {
+        let mut ahead = if write {
             self.claim_ahead(p)
         } else {
             Vec::new()
@@ -355,19 +363,6 @@ impl<'a> Handler<'a> {
         if !self.s.make_room() {
             return self.retry.push(ev); // claims dropped: states and charges restored
         }
-        let zero = s == PageState::Untouched;
-        let src = if zero {
-            ZERO_PAGE.0.as_ptr()
-        } else {
-            if let Err(e) = self.s.store.read_pages(&[p as u64], &mut self.fetch_buf) {
-                self.s.die(&format!(
-                    "cannot fetch heap page {p} ({:#x}) from {}: {e}",
-                    self.s.page_addr(p),
-                    self.s.store.describe_page(p as u64)
-                ));
-            }
-            self.fetch_buf.as_ptr()
-        };
         // A write fault with pages claimed ahead maps the whole run in one ioctl; if that
         // fails part way, the pages are mapped one by one (a page already mapped then reports
         // `Exists`, which is fine).
@@ -379,7 +374,7 @@ impl<'a> Handler<'a> {
         let outcome = if run_ok {
             CopyOutcome::Copied
         } else {
-            self.install(p, src, protect)
+            self.install(p, ZERO_PAGE.0.as_ptr(), protect)
         };
         if outcome == CopyOutcome::Again {
             // The mm is changing under an unread event: give everything back (the claims
@@ -388,28 +383,11 @@ impl<'a> Handler<'a> {
             drop(c);
             return self.retry.push(ev);
         }
-        if !zero {
-            // Counted once the read is used: a retried fault reads again.
-            self.s.counters.pages_read.fetch_add(1, Ordering::Relaxed);
-        }
-        let source = if zero {
-            Source::ZeroFill
-        } else {
-            Source::Demand
-        };
-        let admission = self.s.config.policy.admission(class, source);
-        if !zero {
-            // Feeds the inactive list's sizing and the working-set count.
-            self.s
-                .reclaim
-                .refault(self.s.table.evicted_at(p), self.s.table.charged());
-        }
-        let state = if !protect {
-            PageState::Dirty
-        } else if zero {
+        let admission = self.s.config.policy.admission(class, Source::ZeroFill);
+        let state = if protect {
             PageState::CleanZero
         } else {
-            PageState::Clean
+            PageState::Dirty
         };
         if self.finish_install(c, outcome, state) {
             self.s.admit(p, admission, false);
@@ -426,17 +404,77 @@ impl<'a> Handler<'a> {
             }
         }
         self.s.table.note_peak();
-        let kind = if zero {
-            FaultKind::Zero
-        } else {
-            FaultKind::Remote
+        self.count(class, FaultKind::Zero);
+        self.record_latency(started, false);
+    }
+
+    /// A remote page: claimed and charged now, read with the batch's other remote pages in
+    /// one request (`flush_fetches`), so that faults arriving together share a round trip.
+    fn remote_fault(&mut self, f: Fault) {
+        let Some(mut c) = self.s.table.claim(f.page, PageState::Remote) else {
+            return self.retry.push(f.ev);
         };
-        self.count(class, kind);
-        self.record_latency(started, !zero);
-        if !zero {
-            // Wake the faulting thread before the window is even queued.
-            self.flush_wakes();
-            self.s.prefetch_after(tid, class, p, false);
+        c.charge();
+        self.fetches.push((c, f));
+    }
+
+    /// Reads the remote pages of this batch in one request and maps them.
+    fn flush_fetches(&mut self) {
+        if self.fetches.is_empty() {
+            return;
+        }
+        let mut fetches = std::mem::take(&mut self.fetches);
+        if !self.s.make_room() {
+            // Claims dropped: states and charges restored; retried after events are read.
+            self.retry.extend(fetches.drain(..).map(|(_, f)| f.ev));
+            return;
+        }
+        let ids: Vec<u64> = fetches.iter().map(|(_, f)| f.page as u64).collect();
+        self.fetch_buf.resize(ids.len() * PAGE_SIZE, 0);
+        if let Err(e) = self.s.store.read_pages(&ids, &mut self.fetch_buf) {
+            let p = ids[0] as usize;
+            self.s.die(&format!(
+                "cannot fetch heap page {p} ({:#x}) from {}: {e}",
+                self.s.page_addr(p),
+                self.s.store.describe_page(ids[0])
+            ));
+        }
+        let mut served = Vec::with_capacity(fetches.len());
+        for (i, (c, f)) in fetches.into_iter().enumerate() {
+            let p = f.page;
+            // Map write-protected after a read so that the first write is seen.
+            let protect = !f.write && self.s.tracks_dirty(f.class);
+            let src = self.fetch_buf[i * PAGE_SIZE..].as_ptr();
+            let outcome = self.install(p, src, protect);
+            if outcome == CopyOutcome::Again {
+                drop(c);
+                self.retry.push(f.ev);
+                continue;
+            }
+            // Counted once the read is used: a retried fault reads again.
+            self.s.counters.pages_read.fetch_add(1, Ordering::Relaxed);
+            // Feeds the inactive list's sizing and the working-set count.
+            self.s
+                .reclaim
+                .refault(self.s.table.evicted_at(p), self.s.table.charged());
+            let admission = self.s.config.policy.admission(f.class, Source::Demand);
+            let state = if protect {
+                PageState::Clean
+            } else {
+                PageState::Dirty
+            };
+            if self.finish_install(c, outcome, state) {
+                self.s.admit(p, admission, false);
+            }
+            self.count(f.class, FaultKind::Remote);
+            self.record_latency(f.started, true);
+            served.push(f);
+        }
+        self.s.table.note_peak();
+        // Wake the faulting threads before their windows are even queued.
+        self.flush_wakes();
+        for f in served {
+            self.s.prefetch_after(f.tid, f.class, f.page, false);
         }
     }
 
@@ -499,6 +537,13 @@ impl<'a> Handler<'a> {
         };
         // A page in write-back keeps its slot until the write is done: the reclaimer frees it.
         let freed = (from != PageState::Writeback).then_some(slot);
+        if freed.is_none() {
+            self.s
+                .reclaim
+                .counters
+                .reactivated_in_writeback
+                .fetch_add(1, Ordering::Relaxed);
+        }
         self.s.reclaim.reactivated(p, freed);
         let admission = self.s.config.policy.admission(class, Source::Demand);
         if self.s.config.policy.promotes(class) && self.s.reclaim.promote(p) {

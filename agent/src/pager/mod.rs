@@ -77,7 +77,7 @@ pub struct PagerCounters {
     pub budget_overruns: AtomicU64,
     /// Cold pages made hot by an application touch.
     pub promoted: AtomicU64,
-    /// Pages deactivated from the cold queue.
+    /// Cold pages evicted (GC-read pages, and a finished pause's).
     pub evicted_cold: AtomicU64,
     /// Pages a stop-the-world pause brought in, made cold when it ended.
     pub demoted_after_pause: AtomicU64,

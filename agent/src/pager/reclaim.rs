@@ -110,6 +110,8 @@ pub struct ReclaimCounters {
     pub deactivated: AtomicU64,
     /// Inactive pages touched and mapped back: the local faults sampling costs.
     pub reactivated: AtomicU64,
+    /// Of those, pages taken back while their write-back was in flight.
+    pub reactivated_in_writeback: AtomicU64,
     /// Remote faults on pages evicted fewer evictions ago than there were active pages.
     pub workingset_refaults: AtomicU64,
     /// Faults that found the budget full and reclaimed themselves.
@@ -125,6 +127,8 @@ pub(super) struct Reclaim {
     slots: Slots,
     /// Second-chance bit in the active list.
     referenced: Box<[AtomicBool]>,
+    /// A write-back of the page is in flight (the page itself may have been taken back).
+    writing: Box<[AtomicBool]>,
     /// The page waits in the cold queue (cleared when an application touch promotes it).
     cold: Box<[AtomicBool]>,
     pub low: usize,
@@ -168,6 +172,7 @@ impl Reclaim {
             // Room for the largest list plus a batch in flight.
             slots: Slots::new(max_target + 4 * batch, npages)?,
             referenced: (0..npages).map(|_| AtomicBool::new(false)).collect(),
+            writing: (0..npages).map(|_| AtomicBool::new(false)).collect(),
             cold: (0..npages).map(|_| AtomicBool::new(false)).collect(),
             low,
             high,
@@ -261,11 +266,11 @@ impl Reclaim {
     }
 
     /// Queues pages cold (the pages of a finished pause); returns how many became cold.
-    pub fn make_cold(&self, pages: &[u32], still_mapped: impl Fn(usize) -> bool) -> u64 {
+    pub fn make_cold(&self, pages: &[u32], still_local: impl Fn(usize) -> bool) -> u64 {
         let mut q = self.queues.lock().unwrap();
         let mut n = 0;
         for &p in pages {
-            if still_mapped(p as usize) && !self.cold[p as usize].swap(true, Ordering::Relaxed) {
+            if still_local(p as usize) && !self.cold[p as usize].swap(true, Ordering::Relaxed) {
                 q.cold.push_back(p);
                 n += 1;
             }
@@ -476,10 +481,7 @@ impl Shared {
                     continue;
                 }
                 match self.table.claim_if(p, PageState::is_mapped) {
-                    Some(c) => {
-                        self.counters.evicted_cold.fetch_add(1, Ordering::Relaxed);
-                        victims.push((c, true));
-                    }
+                    Some(c) => victims.push((c, true)),
                     None if self.table.get(p) == PageState::Busy => q.cold.push_back(p as u32),
                     None => {} // stale entry
                 }
@@ -612,7 +614,15 @@ impl Shared {
                     continue; // stale: reactivated and deactivated again since
                 }
                 match self.table.get(p) {
-                    PageState::InactiveClean | PageState::InactiveDirty => {}
+                    PageState::InactiveClean => {}
+                    // Taken back during a write-back and deactivated again: its new bytes
+                    // must not reach the store before the old ones (they would be
+                    // overwritten). It waits for the first write.
+                    PageState::InactiveDirty if r.writing[p].load(Ordering::SeqCst) => {
+                        q.inactive.push_back((p as u32, seq));
+                        continue;
+                    }
+                    PageState::InactiveDirty => {}
                     PageState::Busy => {
                         q.inactive.push_back((p as u32, seq));
                         continue;
@@ -634,6 +644,14 @@ impl Shared {
             return Evicted::NoVictim;
         }
         let n = clean.len() + dirty.len();
+        let cold = clean
+            .iter()
+            .chain(&dirty)
+            .filter(|c| r.cold[c.page()].load(Ordering::Relaxed))
+            .count();
+        self.counters
+            .evicted_cold
+            .fetch_add(cold as u64, Ordering::Relaxed);
         let clock = r.clock.fetch_add(n as u32, Ordering::Relaxed);
         r.sizer.evicted(n);
         // Clean: the store's copy is current (or the page is all zeros and never stored).
@@ -691,6 +709,7 @@ impl Shared {
             write_ids.push(p as u64);
             write_buf.extend_from_slice(bytes);
             batch.push((p, slot));
+            r.writing[p].store(true, Ordering::SeqCst);
             c.finish(PageState::Writeback);
         }
         r.slots.release(&zero_slots);
@@ -721,6 +740,7 @@ impl Shared {
         let mut evicted = 0;
         for (p, slot) in batch {
             self.table.set_stored(p, true);
+            r.writing[p].store(false, Ordering::SeqCst);
             loop {
                 match self.table.claim(p, PageState::Writeback) {
                     Some(c) if r.slots.get(p) == slot => {
@@ -754,9 +774,12 @@ impl Shared {
             return;
         }
         let pages = std::mem::take(&mut *self.pause_pages.lock().unwrap());
-        let n = self
-            .reclaim
-            .make_cold(&pages, |p| self.table.get(p).is_mapped());
+        // Inactive ones too: they are marked cold like the rest (an application touch then
+        // promotes them) and already wait for eviction.
+        let n = self.reclaim.make_cold(&pages, |p| {
+            let s = self.table.get(p);
+            s.is_mapped() || s.is_inactive()
+        });
         self.counters
             .demoted_after_pause
             .fetch_add(n, Ordering::Relaxed);
