@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Side-by-side runs of the pager's data-path variants on one workload, interleaved, with
-medians: `benchmarks/pager-compare.py [--reps N] [--out FILE]` (after `cargo build --release`
-and compiling java/src into target/java-classes, as `memliner demo` does).
+medians: `benchmarks/pager-compare.py [--reps N] [--workload graph|kv] [--also LABEL=PATH]
+[--out FILE]` (after `cargo build --release` and compiling java/src into
+target/java-classes, as `memliner demo` does). `--also` adds the TCP and in-process runs of
+another build's `memliner` (say, a checkout of an earlier commit) to the same interleaving.
 
 Each variant is one `memliner run` (embedded TCP server unless the variant says `local`);
 the report gives wall-time medians, the ratio to the no-agent run, and from the stats:
@@ -11,22 +13,26 @@ import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEMLINER = os.path.join(ROOT, "target/release/memliner")
-JAVA = ["java", "-XX:+UseG1GC", "-Xms32m", "-Xmx32m", "-cp",
-        os.path.join(ROOT, "target/java-classes"), "memliner.workloads.Graph", "--nodes", "30000"]
+CLASSES = os.path.join(ROOT, "target/java-classes")
+WORKLOADS = {
+    "graph": ["memliner.workloads.Graph", "--nodes", "30000"],
+    "kv": ["memliner.workloads.KvCache", "--keys", "100000", "--capacity", "50000", "--ops", "150000"],
+}
+JAVA = []
 
 VARIANTS = [
     ("no agent (all local)", None, {}),
+    ("memliner, tcp (reclaim=fifo)", ["--policy", "memliner"], {}),
     ("memliner, tcp, reclaim=clock", ["--policy", "memliner", "--reclaim", "clock"], {}),
-    ("memliner, tcp, reclaim=fifo", ["--policy", "memliner", "--reclaim", "fifo"], {}),
-    ("baseline, tcp, reclaim=clock", ["--policy", "baseline", "--reclaim", "clock"], {}),
+    ("baseline, tcp", ["--policy", "baseline"], {}),
     ("memliner, in-process store", ["--policy", "memliner", "--server", "local"], {}),
     ("memliner, tcp, MEMLINER_SPIN=always", ["--policy", "memliner"], {"MEMLINER_SPIN": "always"}),
 ]
 
 
-def run(flags, env):
+def run(flags, env, binary=MEMLINER):
     stats = tempfile.mktemp(suffix=".json")
-    cmd = JAVA if flags is None else [MEMLINER, "run", "-q", "--local", "25%", "--stats", stats] + flags + ["--"] + JAVA
+    cmd = JAVA if flags is None else [binary, "run", "-q", "--local", "25%", "--stats", stats] + flags + ["--"] + JAVA
     t = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
     wall = time.monotonic() - t
@@ -54,13 +60,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default="-")
+    ap.add_argument("--workload", default="graph", choices=sorted(WORKLOADS))
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=PATH")
     a = ap.parse_args()
+    JAVA.extend(["java", "-XX:+UseG1GC", "-Xms32m", "-Xmx32m", "-cp", CLASSES] + WORKLOADS[a.workload])
+    for spec in a.also:
+        label, path = spec.split("=", 1)
+        VARIANTS.append((f"{label}: memliner, tcp", ["--policy", "memliner"], {"BINARY": path}))
+        VARIANTS.append((f"{label}: memliner, in-process store", ["--policy", "memliner", "--server", "local"], {"BINARY": path}))
     rows = {v[0]: [] for v in VARIANTS}
     checksums = set()
     for rep in range(a.reps):
         order = VARIANTS if rep % 2 == 0 else VARIANTS[::-1]
         for name, flags, env in order:
-            wall, cs, doc = run(flags, env)
+            env = dict(env)
+            binary = env.pop("BINARY", MEMLINER)
+            wall, cs, doc = run(flags, env, binary)
             checksums.add(cs)
             rows[name].append((wall, doc))
             print(f"rep {rep + 1}/{a.reps} {name}: {wall:.2f} s", file=sys.stderr)

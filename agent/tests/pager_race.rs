@@ -29,6 +29,8 @@ fn start_with(
             fill_ahead: 3,
             evict_batch: 8,
             track_dirty,
+            // The riskier path: pages unmapped for sampling while they are written.
+            sampling: true,
             ..PagerConfig::default()
         },
         store,

@@ -55,8 +55,8 @@ enum Cmd {
         /// written back).
         #[arg(long)]
         dirty: Option<String>,
-        /// Reclaim: clock (unmap pages but keep their bytes to see which are used before
-        /// evicting them) or fifo (evict in arrival order).
+        /// Reclaim: fifo (evict in arrival order; the default) or clock (unmap pages but keep
+        /// their bytes to see which are used before evicting them).
         #[arg(long)]
         reclaim: Option<String>,
         /// Pass the -agentpath argument in this environment variable instead of on the command

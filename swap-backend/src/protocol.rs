@@ -14,7 +14,7 @@
 //!
 //! | op          | request payload                         | reply (op)                    |
 //! |-------------|-----------------------------------------|-------------------------------|
-//! | `Hello`     | u16 len + token, u16 len + namespace    | `HelloOk`: u32 page size, u64 capacity pages |
+//! | `Hello`     | u16 len + token, u16 len + namespace, optional u8 [`Lane`] | `HelloOk`: u32 page size, u64 capacity pages |
 //! | `Read`      | u32 count, count x u64 page id          | `ReadOk`: count x PAGE_SIZE bytes |
 //! | `Write`     | u32 count, count x u64 page id, data    | `WriteOk`: empty              |
 //! | `Free`      | u32 count, count x u64 page id          | `FreeOk`: empty               |
@@ -225,6 +225,33 @@ pub fn encode_str(out: &mut Vec<u8>, s: &str) {
     let b = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
     out.extend_from_slice(&(b.len() as u16).to_le_bytes());
     out.extend_from_slice(b);
+}
+
+/// Which traffic a connection carries. Each lane has connections of its own, so a demand
+/// read never waits behind a prefetch window or a write-back on the same socket; only the
+/// demand lane is latency-bound, so only there do the client and the server spin for the
+/// next frame. Sent as one byte after the hello's namespace (absent: demand, which is what
+/// clients before lanes were).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Fault handlers: the faulting thread waits for these.
+    Demand = 0,
+    /// Prefetch workers.
+    Prefetch = 1,
+    /// The background reclaimer's write-backs.
+    Reclaim = 2,
+}
+
+impl Lane {
+    /// The lane byte of a hello's tail (empty: demand).
+    pub fn decode(tail: &[u8]) -> Result<Lane, String> {
+        match tail.first() {
+            None | Some(0) => Ok(Lane::Demand),
+            Some(1) => Ok(Lane::Prefetch),
+            Some(2) => Ok(Lane::Reclaim),
+            Some(b) => Err(format!("unknown lane {b} in hello")),
+        }
+    }
 }
 
 /// Decodes a length-prefixed (u16) string from the front of `p`; returns it and the rest.

@@ -217,7 +217,8 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
         return Err(format!("first frame was {:?}, not hello", h.op));
     }
     let (token, rest) = protocol::decode_str(&payload)?;
-    let (name, _) = protocol::decode_str(rest)?;
+    let (name, rest) = protocol::decode_str(rest)?;
+    let lane = protocol::Lane::decode(rest)?;
     if let Some(expected) = &shared.config.token {
         if &token != expected {
             let _ = send_error(&mut writer, h.request, code::AUTH, "bad token");
@@ -251,8 +252,11 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
         // get their replies in one write.
         if reader.buffer().is_empty() {
             writer.flush().map_err(io)?;
-            // A pager asks again soon after an answer: spin briefly rather than sleep.
-            crate::tcp::spin_until_readable(reader.get_ref());
+            // A pager's fault handler asks again soon after an answer: spin briefly rather
+            // than sleep (the governor permitting). Prefetch and reclaim lanes just block.
+            if lane == protocol::Lane::Demand {
+                crate::tcp::spin_until_readable(reader.get_ref());
+            }
         }
         let Some(h) = read(&mut reader, &mut payload)? else {
             writer.flush().map_err(io)?;

@@ -6,20 +6,9 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::Duration;
 
+pub use crate::protocol::Lane;
 use crate::protocol::{self, code, read_frame, write_frame, Op, MAX_BATCH, PAGE_SIZE};
 use crate::store::{PageStore, StoreError};
-
-/// Which traffic a thread sends. Each lane has connections of its own, so a demand read never
-/// waits behind a prefetch window or a write-back batch on the same socket.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lane {
-    /// Fault handlers: the faulting thread waits for these.
-    Demand,
-    /// Prefetch workers.
-    Prefetch,
-    /// The background reclaimer's write-backs.
-    Reclaim,
-}
 
 thread_local! {
     static LANE: std::cell::Cell<Lane> = const { std::cell::Cell::new(Lane::Demand) };
@@ -38,6 +27,7 @@ struct Conn {
     reader: BufReader<TcpStream>,
     writer: BufWriter<TcpStream>,
     next_request: u64,
+    lane: Lane,
 }
 
 /// Options for connecting to a memory server.
@@ -71,7 +61,7 @@ impl TcpStore {
             options,
             capacity_pages: 0,
         };
-        let (conn, capacity) = store.open()?;
+        let (conn, capacity) = store.open(Lane::Demand)?;
         store.capacity_pages = capacity;
         *store.pool[0].lock().unwrap() = Some(conn);
         Ok(store)
@@ -122,7 +112,7 @@ impl TcpStore {
         }
     }
 
-    fn open(&self) -> Result<(Conn, u64), StoreError> {
+    fn open(&self, lane: Lane) -> Result<(Conn, u64), StoreError> {
         let addrs: Vec<_> = self
             .addr
             .to_socket_addrs()
@@ -148,10 +138,12 @@ impl TcpStore {
             ),
             writer: BufWriter::with_capacity(256 << 10, stream),
             next_request: 1,
+            lane,
         };
         let mut hello = Vec::new();
         protocol::encode_str(&mut hello, &self.options.token);
         protocol::encode_str(&mut hello, &self.options.namespace);
+        hello.push(lane as u8);
         write_frame(&mut conn.writer, Op::Hello, 0, &[&hello]).map_err(|e| self.io(e))?;
         conn.writer.flush().map_err(|e| self.io(e))?;
         let mut payload = Vec::new();
@@ -180,17 +172,18 @@ impl TcpStore {
         // The lane's own connections: demand callers share the first ones (a free one if
         // there is one, else wait for the first), prefetch and reclaim have one each.
         let demand = self.pool.len() - 2;
-        let lane = match LANE.with(|l| l.get()) {
+        let lane = LANE.with(|l| l.get());
+        let conns = match lane {
             Lane::Demand => &self.pool[..demand],
             Lane::Prefetch => &self.pool[demand..demand + 1],
             Lane::Reclaim => &self.pool[demand + 1..],
         };
-        let mut slot = lane
+        let mut slot = conns
             .iter()
             .find_map(|m| m.try_lock().ok())
-            .unwrap_or_else(|| lane[0].lock().unwrap());
+            .unwrap_or_else(|| conns[0].lock().unwrap());
         if slot.is_none() {
-            *slot = Some(self.open()?.0);
+            *slot = Some(self.open(lane)?.0);
         }
         let result = f(slot.as_mut().unwrap());
         if result.is_err() {
@@ -220,7 +213,8 @@ impl TcpStore {
                 sent += 1;
             }
             conn.writer.flush().map_err(|e| self.io(e))?;
-            if conn.reader.buffer().is_empty() {
+            // Only a demand read has a thread waiting on it: the other lanes block.
+            if conn.lane == Lane::Demand && conn.reader.buffer().is_empty() {
                 spin_until_readable(conn.reader.get_ref());
             }
             let h = read_frame(&mut conn.reader, &mut payload).map_err(|e| self.frame_error(e))?;

@@ -149,7 +149,7 @@ impl Default for PagerConfig {
             fill_ahead: 31,
             evict_batch: 64,
             track_dirty: true,
-            sampling: true,
+            sampling: false,
             policy: Arc::new(crate::policy::Baseline { prefetch: true }),
             prefetch_depth: 32,
             prefetch_workers: 1,

@@ -47,8 +47,8 @@ pub enum Mode {
     /// No agent, in the kernel baseline's cgroup without a limit: measures what the JVM
     /// holds, to size the kernel runs' limits.
     KernelCalibrate,
-    /// `policy=memliner` with `reclaim=fifo`: no reference sampling, for what sampling saves.
-    MemlinerFifo,
+    /// `policy=memliner` with `reclaim=clock`: reference sampling, for what it costs and saves.
+    MemlinerClock,
     /// `policy=memliner` with the in-process store (`server=local`): the pager's cost alone.
     MemlinerInProcess,
 }
@@ -63,7 +63,7 @@ impl Mode {
             Mode::BaselineAssume => "baseline-dirty-assume",
             Mode::MemlinerClassStreams => "memliner-class-streams",
             Mode::KernelCalibrate => "kernel-calibrate",
-            Mode::MemlinerFifo => "memliner-reclaim-fifo",
+            Mode::MemlinerClock => "memliner-reclaim-clock",
             Mode::MemlinerInProcess => "memliner-in-process",
         }
     }
@@ -318,9 +318,9 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     out.push(p(Mode::MemlinerClassStreams, 25));
                 }
                 // The data path's own variants, on every Java workload of the first
-                // collector: reference sampling off, and the pager without a network.
+                // collector: reference sampling on, and the pager without a network.
                 if !cfg.kernel_only && java && *c == cfg.collectors[0] {
-                    out.push(p(Mode::MemlinerFifo, 25));
+                    out.push(p(Mode::MemlinerClock, 25));
                     out.push(p(Mode::MemlinerInProcess, 25));
                 }
             }
@@ -585,8 +585,8 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
             streams: Some("class".into()),
             ..base
         },
-        Mode::MemlinerFifo => RunConfig {
-            reclaim: Some("fifo".into()),
+        Mode::MemlinerClock => RunConfig {
+            reclaim: Some("clock".into()),
             ..base
         },
         Mode::MemlinerInProcess => RunConfig {

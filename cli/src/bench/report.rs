@@ -381,7 +381,7 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         for mode in [
             Mode::Baseline,
             Mode::Memliner,
-            Mode::MemlinerFifo,
+            Mode::MemlinerClock,
             Mode::MemlinerInProcess,
         ] {
             let m = cell(rs, &w, c, mode, l);
@@ -442,7 +442,7 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
     // What sampling costs and saves, side by side.
     let sampled: Vec<(String, String)> = pairs(cfg, rs)
         .into_iter()
-        .filter(|(w, c)| !cell(rs, w, c, Mode::MemlinerFifo, 25).is_empty())
+        .filter(|(w, c)| !cell(rs, w, c, Mode::MemlinerClock, 25).is_empty())
         .collect();
     if !sampled.is_empty() {
         let _ = writeln!(
@@ -454,8 +454,8 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
             "| workload | collector | wall ms clock / fifo | remote faults clock / fifo | remote faults saved | reactivations (local faults paid) | working-set refaults |\n|---|---|---|---|---|---|---|"
         );
         for (w, c) in sampled {
-            let clock = cell(rs, &w, &c, Mode::Memliner, 25);
-            let fifo = cell(rs, &w, &c, Mode::MemlinerFifo, 25);
+            let clock = cell(rs, &w, &c, Mode::MemlinerClock, 25);
+            let fifo = cell(rs, &w, &c, Mode::Memliner, 25);
             let remote = |x: &[&Record]| med(x, |r| r.stat(&["faults", "remote"]));
             let _ = writeln!(
                 md,
@@ -659,8 +659,8 @@ mod tests {
         let rs = vec![
             record(Mode::NoAgent, 100, 1000.0, serde_json::json!({})),
             record(Mode::Memliner, 100, 1020.0, paged(0, 0)),
-            record(Mode::Memliner, 25, 5000.0, paged(1000, 400)),
-            record(Mode::MemlinerFifo, 25, 6000.0, paged(1600, 0)),
+            record(Mode::MemlinerClock, 25, 5000.0, paged(1000, 400)),
+            record(Mode::Memliner, 25, 6000.0, paged(1600, 0)),
             record(Mode::MemlinerInProcess, 25, 2500.0, paged(1000, 400)),
         ];
         let x = Extras {
@@ -671,10 +671,10 @@ mod tests {
         };
         let md = markdown(&cfg, &rs, &x);
         assert!(
-            md.contains("| graph | G1 | 25% | memliner | 5.0 | 1000 | 400 | 3 | 1.50 | 15.0 | 0.25 | 4.0 / 80 | 30.0 / 120 |"),
+            md.contains("| graph | G1 | 25% | memliner-reclaim-clock | 5.0 | 1000 | 400 | 3 | 1.50 | 15.0 | 0.25 | 4.0 / 80 | 30.0 / 120 |"),
             "{md}"
         );
-        assert!(md.contains("| graph | 5.0x (<= 6x) | 2.5x (<= 3x) | 30.0 / 120 us (<= 15 / 100) | 2.0% (<= 3%) |"), "{md}");
+        assert!(md.contains("| graph | 6.0x (<= 6x) | 2.5x (<= 3x) | 30.0 / 120 us (<= 15 / 100) | 2.0% (<= 3%) |"), "{md}");
         assert!(
             md.contains("| graph | G1 | 5000 / 6000 | 1000 / 1600 | 600 | 400 | 9 |"),
             "{md}"
