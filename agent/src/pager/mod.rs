@@ -56,7 +56,6 @@ mod reclaim;
 mod remap;
 mod sizing;
 
-pub use page_table::PageState;
 pub use reclaim::ReclaimCounters;
 
 /// Counters kept by the pager; read at any time for stats.
@@ -432,11 +431,6 @@ impl Pager {
     /// that need reclaim not to run at a given moment).
     pub fn settle(&self) {
         self.shared.settle()
-    }
-
-    /// The state of page `p` (for tests and diagnostics).
-    pub fn page_state(&self, p: usize) -> PageState {
-        self.shared.table.get(p)
     }
 
     /// A stop-the-world GC pause has ended (JVMTI GarbageCollectionFinish): the pages its
