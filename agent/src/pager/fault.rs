@@ -289,9 +289,6 @@ impl<'a> Handler<'a> {
         }
     }
 
-    // Every page a fault maps is admitted referenced: the fault is the one touch user space
-    // sees, and it buys the page a second lap of the FIFO (prefetched pages earn theirs).
-
     /// Ends the claim of a page just mapped (or not, if its range went away).
     fn finish_install(&mut self, c: Claim<'_>, outcome: CopyOutcome, state: PageState) -> bool {
         let p = c.page();
@@ -393,7 +390,7 @@ impl<'a> Handler<'a> {
             PageState::Dirty
         };
         if self.finish_install(c, outcome, state) {
-            self.s.admit(p, admission, true);
+            self.s.admit(p, admission, false);
         }
         for q in ahead.drain(..) {
             let qp = q.page();
@@ -403,7 +400,7 @@ impl<'a> Handler<'a> {
                 self.install(qp, ZERO_PAGE.0.as_ptr(), false)
             };
             if self.finish_install(q, o, PageState::Dirty) {
-                self.s.admit(qp, admission, true);
+                self.s.admit(qp, admission, false);
             }
         }
         self.s.table.note_peak();
@@ -467,7 +464,7 @@ impl<'a> Handler<'a> {
                 PageState::Dirty
             };
             if self.finish_install(c, outcome, state) {
-                self.s.admit(p, admission, true);
+                self.s.admit(p, admission, false);
             }
             self.count(f.class, FaultKind::Remote);
             self.record_latency(f.started, true);

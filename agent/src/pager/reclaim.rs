@@ -237,7 +237,11 @@ impl Reclaim {
         self.referenced[p].store(true, Ordering::Relaxed);
     }
 
-    /// Queues a page that just became mapped, where the policy said.
+    /// Queues a page that just became mapped, where the policy said. Faulted and prefetched
+    /// pages come in unreferenced; only a reactivation (a touch seen while inactive) or a
+    /// write fault sets the bit. (A second lap for every faulted page, as eviction on the
+    /// fault path had, scrambled the order once reclaim ran in the background: the GC's
+    /// pause pages outlived the application's, and scans pushed out the sampled hot set.)
     pub fn admit(&self, p: usize, admission: Admission, referenced: bool) {
         let cold = admission == Admission::Cold;
         self.cold[p].store(cold, Ordering::Relaxed);
