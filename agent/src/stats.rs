@@ -135,7 +135,7 @@ pub fn document(
             },
             "zero_filled_ahead": ld(&c.zero_filled_ahead),
             "unmap_events": ld(&c.unmap_events),
-            "budget_overruns": ld(&c.budget_overruns),
+            "reclaim_found_all_in_flight": ld(&c.reclaim_found_all_in_flight),
             "cold": {
                 "evicted": ld(&c.evicted_cold),
                 "promoted": ld(&c.promoted),

@@ -354,15 +354,14 @@ impl<'a> Handler<'a> {
         let Some(mut c) = self.s.table.claim(p, PageState::Untouched) else {
             return self.retry.push(ev);
         };
-        c.charge();
+        if !self.s.charge(&mut c) {
+            return self.retry.push(ev); // claim dropped: state restored
+        }
         let mut ahead = if write {
             self.claim_ahead(p)
         } else {
             Vec::new()
         };
-        if !self.s.make_room() {
-            return self.retry.push(ev); // claims dropped: states and charges restored
-        }
         // A write fault with pages claimed ahead maps the whole run in one ioctl; if that
         // fails part way, the pages are mapped one by one (a page already mapped then reports
         // `Exists`, which is fine).
@@ -414,7 +413,9 @@ impl<'a> Handler<'a> {
         let Some(mut c) = self.s.table.claim(f.page, PageState::Remote) else {
             return self.retry.push(f.ev);
         };
-        c.charge();
+        if !self.s.charge(&mut c) {
+            return self.retry.push(f.ev); // claim dropped: state restored
+        }
         self.fetches.push((c, f));
     }
 
@@ -423,12 +424,7 @@ impl<'a> Handler<'a> {
         if self.fetches.is_empty() {
             return;
         }
-        let mut fetches = std::mem::take(&mut self.fetches);
-        if !self.s.make_room() {
-            // Claims dropped: states and charges restored; retried after events are read.
-            self.retry.extend(fetches.drain(..).map(|(_, f)| f.ev));
-            return;
-        }
+        let fetches = std::mem::take(&mut self.fetches);
         let ids: Vec<u64> = fetches.iter().map(|(_, f)| f.page as u64).collect();
         self.fetch_buf.resize(ids.len() * PAGE_SIZE, 0);
         if let Err(e) = self.s.store.read_pages(&ids, &mut self.fetch_buf) {
@@ -478,7 +474,8 @@ impl<'a> Handler<'a> {
         }
     }
 
-    /// Claims (and charges) up to `fill_ahead` untouched pages after `p` for zero fill.
+    /// Claims (and charges) up to `fill_ahead` untouched pages after `p` for zero fill, as
+    /// far as the budget has room without reclaiming (they are speculative).
     fn claim_ahead(&self, p: usize) -> Vec<Claim<'a>> {
         let mut out = Vec::new();
         let addr = self.s.page_addr(p);
@@ -494,7 +491,9 @@ impl<'a> Handler<'a> {
             let Some(mut c) = self.s.table.claim(q, PageState::Untouched) else {
                 break;
             };
-            c.charge();
+            if !c.try_charge(self.s.config.budget_pages) {
+                break; // dropped: untouched again
+            }
             out.push(c);
         }
         self.s

@@ -73,7 +73,8 @@ pub struct PagerCounters {
     pub evicted_zero: AtomicU64,
     pub zero_filled_ahead: AtomicU64,
     pub unmap_events: AtomicU64,
-    pub budget_overruns: AtomicU64,
+    /// Reclaim passes that found every charged page in flight (nothing to evict yet).
+    pub reclaim_found_all_in_flight: AtomicU64,
     /// Cold pages made hot by an application touch.
     pub promoted: AtomicU64,
     /// Cold pages evicted (GC-read pages, and a finished pause's).

@@ -224,8 +224,24 @@ impl Claim<'_> {
     }
 
     /// Charges the page against the budget now, before its bytes arrive (so that the
-    /// budget holds while pages are in flight).
-    pub fn charge(&mut self) {
+    /// budget holds while pages are in flight), if fewer than `limit` pages are charged.
+    /// Check and charge are one atomic step: concurrent chargers never overrun `limit`.
+    pub fn try_charge(&mut self, limit: usize) -> bool {
+        if !self.charged {
+            self.charged = self
+                .table
+                .charged
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                    (n < limit).then_some(n + 1)
+                })
+                .is_ok();
+        }
+        self.charged
+    }
+
+    /// Charges the page whatever the budget (pages the kernel already backs are adopted as
+    /// they are; the reclaimer trims them).
+    fn charge(&mut self) {
         if !self.charged {
             self.charged = true;
             self.table.charged.fetch_add(1, Ordering::SeqCst);

@@ -200,12 +200,11 @@ impl Shared {
         if claims.is_empty() {
             return;
         }
-        for c in &mut claims {
-            c.charge();
-        }
-        if self.table.charged() + self.reclaim.low > self.config.budget_pages {
+        // Prefetched pages never take the reserve that demand faults are served from.
+        let limit = self.config.budget_pages.saturating_sub(self.reclaim.low);
+        if !claims.iter_mut().all(|c| c.try_charge(limit)) {
             // Faults took the reserve meanwhile: give the pages back (dropping the claims
-            // restores them).
+            // restores them and their charges).
             pf.counters.by_class[job.class as usize]
                 .dropped_low_reserve
                 .fetch_add(1, Ordering::Relaxed);

@@ -159,9 +159,14 @@ impl Reclaim {
         batch: usize,
     ) -> std::io::Result<Reclaim> {
         // A reserve of 1/32 of the budget (at least 16 pages, at most 32 MiB), never more
-        // than a quarter of a small budget.
-        let low = (budget / 32).clamp(16, 8192).min(budget / 4).max(1);
-        let high = (low * 2).min(budget / 2).max(low);
+        // than a quarter of a small budget. A budget that holds the whole region needs no
+        // reserve: evicting would only bring pages back (all-local runs page nothing).
+        let (low, high) = if budget >= npages {
+            (0, 0)
+        } else {
+            let low = (budget / 32).clamp(16, 8192).min(budget / 4).max(1);
+            (low, (low * 2).min(budget / 2).max(low))
+        };
         let batch = batch.max(1);
         let max_target = if sampling { budget / 2 } else { 0 };
         // A reclaim pass evicts up to `high - low` pages and a batch more in one burst: a
@@ -344,24 +349,24 @@ impl Shared {
             .saturating_sub(self.table.charged())
     }
 
-    /// After pages were charged: wakes the reclaimer when the reserve runs low, and reclaims
-    /// directly when the budget is full. `false`: no room could be made because an unread
-    /// event is changing the mm; the caller drops its claims and retries after reading
-    /// events.
-    pub(super) fn make_room(&self) -> bool {
-        let charged = self.table.charged();
+    /// Charges a claimed page against the budget, reclaiming directly when the budget is
+    /// full (counted), and wakes the reclaimer when the reserve runs low. The charge never
+    /// exceeds the budget, however many handlers charge at once. `false`: no room could be
+    /// made now (an unread event is changing the mm, or every charged page is in flight
+    /// elsewhere); the caller drops its claims and retries the fault after reading events.
+    pub(super) fn charge(&self, c: &mut Claim<'_>) -> bool {
         let budget = self.config.budget_pages;
-        if charged + self.reclaim.low > budget {
+        let charged = c.try_charge(budget) || {
+            self.reclaim
+                .counters
+                .direct_reclaims
+                .fetch_add(1, Ordering::Relaxed);
+            matches!(self.reclaim_until(1), Evicted::Pages(_)) && c.try_charge(budget)
+        };
+        if self.table.charged() + self.reclaim.low > budget {
             self.reclaim.wake();
         }
-        if charged <= budget {
-            return true;
-        }
-        self.reclaim
-            .counters
-            .direct_reclaims
-            .fetch_add(1, Ordering::Relaxed);
-        self.reclaim_until(0) != Evicted::Again
+        charged
     }
 
     /// Fills the reserve up to the high watermark and waits until the reclaimer has parked.
@@ -414,10 +419,10 @@ impl Shared {
                 Evicted::Pages(n) => total += n,
                 Evicted::Again => return Evicted::Again,
                 Evicted::NoVictim if deactivated == 0 => {
-                    // Everything charged is in flight elsewhere: tolerate the overrun
-                    // rather than spin (counted, bounded by handlers x batch).
+                    // Everything charged is in flight elsewhere: the caller retries
+                    // rather than spin here (counted).
                     self.counters
-                        .budget_overruns
+                        .reclaim_found_all_in_flight
                         .fetch_add(1, Ordering::Relaxed);
                     return if total > 0 {
                         Evicted::Pages(total)
