@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side runs of the pager's data-path variants on one workload, interleaved, with
 medians: `benchmarks/pager-compare.py [--reps N] [--workload graph|kv] [--also LABEL=PATH]
-[--out FILE]` (after `cargo build --release` and compiling java/src into
+[--option KEY=VALUE] [--only WORDS] [--out FILE]` (after `cargo build --release` and compiling java/src into
 target/java-classes, as `memliner demo` does). `--also` adds the TCP and in-process runs of
 another build's `memliner` (say, a checkout of an earlier commit) to the same interleaving.
 
@@ -62,7 +62,21 @@ def main():
     ap.add_argument("--out", default="-")
     ap.add_argument("--workload", default="graph", choices=sorted(WORKLOADS))
     ap.add_argument("--also", action="append", default=[], metavar="LABEL=PATH")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="add tcp and in-process variants with this agent option (MEMLINER_OPTIONS)")
+    ap.add_argument("--only", default="", metavar="WORDS",
+                    help="comma-separated: keep only variants whose name contains one of them (and no-agent)")
     a = ap.parse_args()
+    for opt in a.option:
+        VARIANTS.append((f"memliner, tcp, {opt}", ["--policy", "memliner"], {"MEMLINER_OPTIONS": opt}))
+        VARIANTS.append((f"memliner, in-process store, {opt}", ["--policy", "memliner", "--server", "local"], {"MEMLINER_OPTIONS": opt}))
+    for spec in os.environ.get("PC_ENV", "").split():
+        k, v = spec.split("=", 1)
+        VARIANTS.append((f"memliner, tcp, {spec}", ["--policy", "memliner"], {k: v}))
+        VARIANTS.append((f"memliner, in-process store, {spec}", ["--policy", "memliner", "--server", "local"], {k: v}))
+    if a.only:
+        words = a.only.split(",")
+        VARIANTS[1:] = [v for v in VARIANTS[1:] if any(w in v[0] for w in words)]
     JAVA.extend(["java", "-XX:+UseG1GC", "-Xms32m", "-Xmx32m", "-cp", CLASSES] + WORKLOADS[a.workload])
     for spec in a.also:
         label, path = spec.split("=", 1)

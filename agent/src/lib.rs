@@ -198,6 +198,7 @@ fn start_paging(rt: &Runtime) -> Result<(), String> {
             policy: policy_for(&rt.options),
             prefetch_depth: rt.options.prefetch,
             sampling: rt.options.sampling,
+            delivery: rt.options.faults,
             probe_every: (rt.options.probe_ms > 0)
                 .then(|| std::time::Duration::from_millis(rt.options.probe_ms)),
             ..PagerConfig::default()
@@ -209,15 +210,26 @@ fn start_paging(rt: &Runtime) -> Result<(), String> {
     .map_err(|e| format!("cannot register the heap with userfaultfd: {e}"))?;
     log!(
         LogLevel::Info,
-        "paging the {} heap at {:#x} ({}, found by {}): {} local of {}, pages go to {}",
+        "paging the {} heap at {:#x} ({}, found by {}): {} local of {}, pages go to {}, faults served by {}",
         found.collector,
         found.start,
         swap_backend::units::format_size(found.bytes as u64),
         found.discovery,
         swap_backend::units::format_size((budget * PAGE_SIZE) as u64),
         swap_backend::units::format_size(found.bytes as u64),
-        store_name
+        store_name,
+        match pager.delivery() {
+            model::FaultDelivery::Signal => "the faulting threads (SIGBUS)",
+            model::FaultDelivery::Thread => "handler threads",
+        }
     );
+    if pager.delivery() != rt.options.faults {
+        log!(
+            LogLevel::Warn,
+            "faults=signal is not available here (kernel without UFFD_FEATURE_SIGBUS, or not \
+             x86-64): fault-handler threads serve faults"
+        );
+    }
     let _ = rt.view.set(gc_hooks::HeapView {
         abi_version: gc_hooks::ABI_VERSION,
         page_shift: PAGE_SIZE.trailing_zeros(),

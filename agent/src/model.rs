@@ -45,6 +45,24 @@ impl ThreadClass {
     }
 }
 
+/// How faults reach the code that serves them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultDelivery {
+    /// As userfaultfd events, to fault-handler threads that wake the faulting thread.
+    Thread,
+    /// As a SIGBUS to the faulting thread, which serves its own fault.
+    Signal,
+}
+
+impl FaultDelivery {
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultDelivery::Thread => "thread",
+            FaultDelivery::Signal => "signal",
+        }
+    }
+}
+
 /// Tells the pager which class a faulting thread belongs to.
 pub trait ThreadClassifier: Send + Sync {
     /// Called on the fault path for threads not yet cached; may be slow (reads /proc).

@@ -16,11 +16,14 @@
 //! | `token`    | shared secret of the memory server        | none |
 //! | `dirty`    | `track` (write-protect pages mapped on a read; clean pages are dropped without a write-back), `auto` (track per thread class while it pays: see `policy::WriteRatio`; `memliner` only, `baseline` treats it as `track`) or `assume` (no write faults; every evicted page is written back) | `auto` |
 //! | `reclaim`  | `fifo` (evict in arrival order, second chance for faulted pages) or `clock` (the reclaimer unmaps pages but keeps their bytes to see which are used before evicting them) | `fifo` |
+//! | `faults`   | `signal` (the faulting thread serves its own fault from a SIGBUS handler: no thread wakes) or `thread` (fault-handler threads read userfaultfd events and wake the faulting thread; for programs whose system calls read paged-out heap memory from kernel mode) | `signal` |
 //! | `probe`    | interval in ms of the latency probe (a remote fault timed as the faulting thread sees it), 0 turns it off | `10` |
 //!
 //! An unknown key or a bad value is an error that names the key and the valid choices.
 
 use swap_backend::units::parse_size;
+
+pub use crate::model::FaultDelivery;
 
 /// Paging policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,6 +98,8 @@ pub struct Options {
     pub sampling: bool,
     /// Latency probe interval in ms (0: off).
     pub probe_ms: u64,
+    /// How faults reach the code serving them.
+    pub faults: FaultDelivery,
 }
 
 impl Default for Options {
@@ -117,12 +122,15 @@ impl Default for Options {
             // fits and FIFO keeps pushing it out.
             sampling: false,
             probe_ms: 10,
+            // The faulting thread serves its own fault: no wake on either side (a remote
+            // fault's latency as its thread sees it fell 5-7x with the in-process store).
+            faults: FaultDelivery::Signal,
         }
     }
 }
 
 const KEYS: &str =
-    "server, local, policy, prefetch, streams, stats, log, handlers, token, dirty, reclaim, probe";
+    "server, local, policy, prefetch, streams, stats, log, handlers, token, dirty, reclaim, probe, faults";
 
 /// Parses `env` (from `MEMLINER_OPTIONS`, may be empty) then `agent` (the -agentpath string).
 pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
@@ -236,6 +244,13 @@ pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
                         value.parse().ok().filter(|n| *n <= 60_000).ok_or_else(|| {
                             bad("expected an interval in ms from 0 (off) to 60000")
                         })?
+                }
+                "faults" => {
+                    o.faults = match value {
+                        "signal" => FaultDelivery::Signal,
+                        "thread" => FaultDelivery::Thread,
+                        _ => return Err(bad("expected one of signal, thread")),
+                    }
                 }
                 _ => return Err(format!("unknown option '{key}' (valid keys: {KEYS})")),
             }

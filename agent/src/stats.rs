@@ -121,6 +121,8 @@ pub fn document(
             "resident_pages_mincore": p.mincore_resident_pages(),
             "heap_pages": p.npages(),
             "store": p.store_description(),
+            "delivery": p.delivery().name(),
+            "signal_faults": ld(&c.signal_faults),
             "discard": if p.uses_process_madvise() { "process_madvise" } else { "madvise" },
             "remote": {
                 "pages_read": ld(&c.pages_read),
@@ -217,6 +219,11 @@ fn cpu_json(p: &Pager, remote_faults: u64) -> Value {
         total += t.as_secs_f64();
         m.insert(format!("{}_s", role.name()), json!(t.as_secs_f64()));
     }
+    // Faults served by their own threads (faults=signal) run on the JVM's threads: their
+    // service time (wall, an upper bound of its CPU) is the agent's too.
+    let signal = p.counters().signal_service_ns.load(Ordering::Relaxed) as f64 / 1e9;
+    m.insert("signal_service_s".into(), json!(signal));
+    total += signal;
     m.insert("total_s".into(), json!(total));
     m.insert(
         "per_remote_fault_us".into(),

@@ -38,6 +38,8 @@ const USERFAULTFD_IOC_NEW: u64 = 0xAA << 8;
 
 pub const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 pub const FEATURE_EVENT_UNMAP: u64 = 1 << 6;
+/// Faults raise SIGBUS in the faulting thread instead of queueing an event.
+pub const FEATURE_SIGBUS: u64 = 1 << 7;
 pub const FEATURE_THREAD_ID: u64 = 1 << 8;
 
 const REGISTER_MODE_MISSING: u64 = 1;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use memliner_agent::model::{FaultKind, ThreadClass, ThreadClassifier, ThreadKind};
+use memliner_agent::model::{FaultDelivery, FaultKind, ThreadClass, ThreadClassifier, ThreadKind};
 use memliner_agent::pager::{Pager, PagerConfig};
 use memliner_agent::policy::{Baseline, MemLiner, PagingPolicy, StreamScope};
 use swap_backend::LocalStore;
@@ -128,15 +128,21 @@ fn prefetched_pages_carry_the_last_write_under_both_policies() {
             "{name}: sequential streams, accuracy {:?}",
             e.accuracy
         );
+        // A thread serving its own faults (faults=signal) outruns the prefetch worker more
+        // often: fewer of its pages arrive in time.
+        let min_coverage = match common::delivery() {
+            FaultDelivery::Thread => 0.4,
+            FaultDelivery::Signal => 0.3,
+        };
         assert!(
-            e.coverage.unwrap() >= 0.4,
+            e.coverage.unwrap() >= min_coverage,
             "{name}: coverage {:?} (demand {demand})",
             e.coverage
         );
-        // The handler and the prefetch worker reserve room concurrently: while one trims,
-        // the other's reservation (a window of at most budget/8 pages) may be counted.
+        // Charges are checked and taken atomically: the budget holds however many threads
+        // fault and prefetch at once.
         assert!(
-            pager.peak_resident_pages() <= 96 + 96 / 8 + 4,
+            pager.peak_resident_pages() <= 96,
             "{name}: peak {} over budget",
             pager.peak_resident_pages()
         );

@@ -19,6 +19,8 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Cmd {
     /// Run a JVM with the agent: `memliner run --local 25% -- java -Xmx4g -jar app.jar`.
     Run {
@@ -59,6 +61,11 @@ enum Cmd {
         /// their bytes to see which are used before evicting them).
         #[arg(long)]
         reclaim: Option<String>,
+        /// Fault delivery: signal (the faulting thread serves its own fault; the default) or
+        /// thread (handler threads read userfaultfd events; for programs whose system calls
+        /// read paged-out heap memory).
+        #[arg(long)]
+        faults: Option<String>,
         /// Pass the -agentpath argument in this environment variable instead of on the command
         /// line, for launchers that start the JVM themselves (the Spark scripts read
         /// MEMLINER_AGENT_OPTS).
@@ -159,6 +166,7 @@ fn main() -> ExitCode {
             token,
             dirty,
             reclaim,
+            faults,
             agent_env,
             quiet,
             command,
@@ -176,6 +184,7 @@ fn main() -> ExitCode {
                 prefetch,
                 streams,
                 reclaim,
+                faults,
                 agent_env,
             };
             match launch(&cfg, &command, false) {

@@ -28,6 +28,8 @@ pub struct RunConfig {
     pub streams: Option<String>,
     /// `reclaim=` value: `clock` or `fifo`.
     pub reclaim: Option<String>,
+    /// `faults=` value: `signal` or `thread`.
+    pub faults: Option<String>,
     /// Hand the `-agentpath:` argument over in this environment variable instead of putting
     /// it on the command line (for launchers such as spark-submit that start the JVM).
     pub agent_env: Option<String>,
@@ -48,6 +50,7 @@ impl Default for RunConfig {
             prefetch: None,
             streams: None,
             reclaim: None,
+            faults: None,
             agent_env: None,
         }
     }
@@ -114,6 +117,9 @@ pub fn agent_arg(
     }
     if let Some(r) = &cfg.reclaim {
         opts.push(format!("reclaim={r}"));
+    }
+    if let Some(f) = &cfg.faults {
+        opts.push(format!("faults={f}"));
     }
     format!("-agentpath:{}={}", agent.display(), opts.join(","))
 }

@@ -111,8 +111,9 @@ pub fn lines(stats: &Value) -> Vec<String> {
     let cpu = &pager["agent_cpu"];
     if cpu.is_object() {
         out.push(format!(
-            "agent CPU {:.2} s (handlers {:.2}, reclaimer {:.2}, prefetch {:.2}), {:.1} us per remote fault",
+            "agent CPU {:.2} s (faults served by their own threads {:.2}, handlers {:.2}, reclaimer {:.2}, prefetch {:.2}), {:.1} us per remote fault",
             f(cpu, &["total_s"]).unwrap_or(0.0),
+            f(cpu, &["signal_service_s"]).unwrap_or(0.0),
             f(cpu, &["fault_handlers_s"]).unwrap_or(0.0),
             f(cpu, &["reclaimer_s"]).unwrap_or(0.0),
             f(cpu, &["prefetch_s"]).unwrap_or(0.0),
@@ -183,7 +184,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("2 direct-reclaim stalls"), "{text}");
-        assert!(text.contains("agent CPU 1.50 s (handlers 1.00, reclaimer 0.40, prefetch 0.10), 12.5 us per remote fault"), "{text}");
+        assert!(text.contains("agent CPU 1.50 s (faults served by their own threads 0.00, handlers 1.00, reclaimer 0.40, prefetch 0.10), 12.5 us per remote fault"), "{text}");
         assert!(
             text.contains("(probe, 7 samples): p50 30.0 us, p99 90.0 us"),
             "{text}"

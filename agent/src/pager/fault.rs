@@ -6,6 +6,7 @@
 //! waking; the wakes of a batch are issued together (the wake dominated fault latency on this
 //! kind of VM).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -31,10 +32,18 @@ struct Fault {
     started: Instant,
 }
 
-/// One fault-handler thread.
+thread_local! {
+    /// A thread serving its own faults (`faults=signal`): its kind, per pager.
+    static KIND: Cell<(usize, Option<ThreadKind>)> = const { Cell::new((0, None)) };
+}
+
+/// One fault-handler thread, or a thread serving its own fault (`for_signal`).
 pub(super) struct Handler<'a> {
     s: &'a Shared,
     index: usize,
+    /// Serving the current thread's own fault from its SIGBUS handler: nobody waits to be
+    /// woken, and a retry is the access faulting again.
+    signal: bool,
     kinds: HashMap<u32, ThreadKind>,
     fetch_buf: Vec<u8>,
     zeros: Vec<u8>,
@@ -49,13 +58,45 @@ impl<'a> Handler<'a> {
         Handler {
             s,
             index,
+            signal: false,
             kinds: HashMap::new(),
-            fetch_buf: vec![0; PAGE_SIZE],
+            fetch_buf: Vec::new(),
             zeros: Vec::new(),
             wakes: Vec::new(),
             retry: Vec::new(),
             fetches: Vec::new(),
         }
+    }
+
+    /// Serves the calling thread's own fault (from the SIGBUS handler). Allocates nothing
+    /// until a fault needs a buffer.
+    pub(super) fn for_signal(s: &'a Shared) -> Self {
+        Handler {
+            signal: true,
+            ..Handler::new(s, s.latencies.len() - 2)
+        }
+    }
+
+    /// Serves the calling thread's fault at `addr`: `present` when the page was mapped (a
+    /// write to a write-protected page), else missing. `true`: retry (the access faults
+    /// again once whoever holds the page is done).
+    pub(super) fn serve(
+        mut self,
+        addr: usize,
+        write: bool,
+        present: bool,
+        started: Instant,
+    ) -> bool {
+        let tid = swap_backend::cpu::gettid();
+        let ev = Event::Fault {
+            addr,
+            write,
+            wp: present && write,
+            tid,
+        };
+        self.handle(ev, started);
+        self.flush_fetches();
+        !self.retry.is_empty()
     }
 
     pub(super) fn run(mut self) {
@@ -76,7 +117,7 @@ impl<'a> Handler<'a> {
             // Never sleep with faults waiting for a retry; otherwise poll briefly while a
             // core is idle (a wake costs more than the next fault usually takes to come),
             // then sleep.
-            let mut ready = if self.retry.is_empty() {
+            let mut ready = if self.retry.is_empty() && !self.s.serves_by_signal() {
                 let mut n = 0;
                 swap_backend::spin::spin_until(|| {
                     // An error is reported by the blocking poll below.
@@ -133,14 +174,28 @@ impl<'a> Handler<'a> {
         if tid == self.s.probe_tid.load(Ordering::Relaxed) {
             return ThreadClass::Other;
         }
-        let kind = match self.kinds.get(&tid) {
-            Some(k) => *k,
-            None => {
-                let k = self.s.classifier.kind_of(tid);
-                if k != ThreadKind::Unknown {
-                    self.kinds.insert(tid, k);
+        let kind = if self.signal {
+            let me = self.s as *const Shared as usize;
+            match KIND.with(Cell::get) {
+                (p, Some(k)) if p == me => k,
+                _ => {
+                    let k = self.s.classifier.kind_of(tid);
+                    if k != ThreadKind::Unknown {
+                        KIND.with(|c| c.set((me, Some(k))));
+                    }
+                    k
                 }
-                k
+            }
+        } else {
+            match self.kinds.get(&tid) {
+                Some(k) => *k,
+                None => {
+                    let k = self.s.classifier.kind_of(tid);
+                    if k != ThreadKind::Unknown {
+                        self.kinds.insert(tid, k);
+                    }
+                    k
+                }
             }
         };
         match kind {
@@ -201,6 +256,9 @@ impl<'a> Handler<'a> {
     }
 
     fn flush_wakes(&mut self) {
+        if self.signal {
+            self.wakes.clear(); // the only waiter is this thread, which is running
+        }
         if self.wakes.is_empty() {
             return;
         }

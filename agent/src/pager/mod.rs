@@ -43,7 +43,7 @@ use hdrhistogram::Histogram;
 use swap_backend::{PageStore, PAGE_SIZE};
 
 use crate::maps::Span;
-use crate::model::{FaultKind, ThreadClass, ThreadClassifier};
+use crate::model::{FaultDelivery, FaultKind, ThreadClass, ThreadClassifier};
 use crate::policy::PagingPolicy;
 use crate::uffd::{self, Uffd};
 
@@ -54,6 +54,7 @@ mod prefetch_io;
 mod probe;
 mod reclaim;
 mod remap;
+mod signal;
 mod sizing;
 
 pub use reclaim::ReclaimCounters;
@@ -67,6 +68,10 @@ pub struct PagerCounters {
     /// Of `pages_read`, pages read by prefetch workers.
     pub pages_prefetched: AtomicU64,
     pub pages_written: AtomicU64,
+    /// Faults served by the faulting thread itself (`faults=signal`), and the time it spent
+    /// in them (the agent's CPU on application threads).
+    pub signal_faults: AtomicU64,
+    pub signal_service_ns: AtomicU64,
     pub pages_freed_remote: AtomicU64,
     pub evicted_clean: AtomicU64,
     pub evicted_dirty: AtomicU64,
@@ -118,7 +123,10 @@ impl Latencies {
 pub struct PagerConfig {
     /// Most pages local at once (mapped, inactive or prefetch markers).
     pub budget_pages: usize,
-    /// Fault-handler threads.
+    /// How faults are delivered (signal falls back to thread where the kernel or the
+    /// architecture cannot).
+    pub delivery: FaultDelivery,
+    /// Fault-handler threads (with signal delivery one, for events only).
     pub handlers: usize,
     /// Untouched pages zero-filled behind a first-touch write (allocation runs forward).
     pub fill_ahead: usize,
@@ -145,6 +153,7 @@ impl Default for PagerConfig {
     fn default() -> Self {
         PagerConfig {
             budget_pages: 1024,
+            delivery: FaultDelivery::Thread,
             handlers: 1,
             fill_ahead: 31,
             evict_batch: 64,
@@ -200,6 +209,8 @@ impl Role {
 
 struct Shared {
     uffd: Uffd,
+    /// Faulting threads serve their own faults (see `signal`).
+    by_signal: bool,
     base: usize,
     npages: usize,
     table: page_table::PageTable,
@@ -225,6 +236,8 @@ struct Shared {
     threads: Mutex<Vec<(Role, u32)>>,
     /// The probe thread's kernel id, 0 until it runs.
     probe_tid: std::sync::atomic::AtomicU32,
+    /// The heap page whose stored copy the probe's own page faults in (`faults=signal`).
+    probe_source: std::sync::atomic::AtomicUsize,
     fatal: FatalFn,
     stop: AtomicBool,
     wakeup: std::os::fd::OwnedFd,
@@ -295,12 +308,24 @@ impl Pager {
     ) -> std::io::Result<Pager> {
         assert_eq!(base % PAGE_SIZE, 0);
         let npages = len / PAGE_SIZE;
-        let uffd = Uffd::open(
-            uffd::FEATURE_PAGEFAULT_FLAG_WP | uffd::FEATURE_THREAD_ID | uffd::FEATURE_EVENT_UNMAP,
-        )?;
-        let handlers = config.handlers.max(1);
+        let features =
+            uffd::FEATURE_PAGEFAULT_FLAG_WP | uffd::FEATURE_THREAD_ID | uffd::FEATURE_EVENT_UNMAP;
+        let mut by_signal = config.delivery == FaultDelivery::Signal && signal::SUPPORTED;
+        let uffd = match by_signal.then(|| Uffd::open(features | uffd::FEATURE_SIGBUS)) {
+            Some(Ok(u)) => u,
+            // A kernel without SIGBUS delivery: handler threads.
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+                by_signal = false;
+                Uffd::open(features)?
+            }
+            Some(Err(e)) => return Err(e),
+            None => Uffd::open(features)?,
+        };
+        // With signal delivery one handler thread reads the events that are not faults.
+        let handlers = if by_signal { 1 } else { config.handlers.max(1) };
         let shared = Arc::new(Shared {
             uffd,
+            by_signal,
             base,
             npages,
             table: page_table::PageTable::new(npages),
@@ -321,16 +346,24 @@ impl Pager {
             epoch: Instant::now(),
             classifier,
             counters: PagerCounters::default(),
-            latencies: (0..handlers + 1)
+            // One per handler thread, one for faults served by signal, one for the probe.
+            latencies: (0..handlers + 2)
                 .map(|_| Mutex::new(Latencies::new()))
                 .collect(),
             threads: Mutex::new(Vec::new()),
             probe_tid: std::sync::atomic::AtomicU32::new(0),
+            probe_source: std::sync::atomic::AtomicUsize::new(0),
             fatal,
             stop: AtomicBool::new(false),
             wakeup: os::eventfd()?,
             madvise: os::Madvise::probe(),
         });
+        if by_signal {
+            // Before the first registration (from then on a fault raises SIGBUS) and before
+            // the probe names its page.
+            signal::install()?;
+            signal::register(&shared)?;
+        }
         // The handlers run before the first registration: a registered range with no handler
         // hangs whoever touches it.
         let mut threads = Vec::new();
@@ -405,6 +438,15 @@ impl Pager {
     /// Free pages the reclaimer keeps in reserve: (low, high) watermarks.
     pub fn watermarks(&self) -> (usize, usize) {
         (self.shared.reclaim.low, self.shared.reclaim.high)
+    }
+
+    /// How faults are delivered (after any fallback).
+    pub fn delivery(&self) -> FaultDelivery {
+        if self.shared.by_signal {
+            FaultDelivery::Signal
+        } else {
+            FaultDelivery::Thread
+        }
     }
 
     pub fn sampling(&self) -> bool {
@@ -515,6 +557,9 @@ impl Drop for Pager {
             .shared
             .uffd
             .unregister(self.shared.base, self.shared.npages * PAGE_SIZE);
+        if self.shared.by_signal {
+            signal::unregister(&self.shared);
+        }
     }
 }
 
@@ -523,6 +568,18 @@ struct AlignedPage([u8; PAGE_SIZE]);
 static ZERO_PAGE: AlignedPage = AlignedPage([0; PAGE_SIZE]);
 
 impl Shared {
+    fn serves_by_signal(&self) -> bool {
+        self.by_signal
+    }
+
+    /// A fault served by its own thread took `ns`.
+    fn note_signal_fault(&self, ns: u64) {
+        self.counters.signal_faults.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .signal_service_ns
+            .fetch_add(ns, Ordering::Relaxed);
+    }
+
     fn page_addr(&self, p: usize) -> usize {
         self.base + p * PAGE_SIZE
     }

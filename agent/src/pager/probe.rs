@@ -6,9 +6,17 @@
 //! that faults all the time does not pay. The pages it faults in are admitted like any
 //! other; at the default interval that is 200 pages a second, noise next to the workload's
 //! own faults.
+//!
+//! With `faults=signal` a system call cannot fault a heap page in (it gets EFAULT), and a
+//! direct load from a heap page the JVM may uncommit meanwhile could crash. There the probe
+//! loads from a page of its own, registered with the pager's userfaultfd: its SIGBUS handler
+//! reads a remote heap page's stored copy and maps it there, which is a remote fault's whole
+//! path as its thread sees it (trap, signal, store round trip, copy, return).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+use swap_backend::PAGE_SIZE;
 
 use super::page_table::PageState;
 use super::Shared;
@@ -20,6 +28,14 @@ impl Shared {
     pub(super) fn probe(&self, every: Duration) {
         self.probe_tid
             .store(swap_backend::cpu::gettid(), Ordering::Relaxed);
+        let own_page = if self.by_signal {
+            match self.probe_page() {
+                Ok(p) => Some(p),
+                Err(_) => return, // no probe rather than no pager
+            }
+        } else {
+            None
+        };
         let slot = self.latencies.len() - 1;
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         loop {
@@ -37,8 +53,17 @@ impl Shared {
             let (Some(warm_up), Some(p)) = (remote.next(), remote.next()) else {
                 continue;
             };
-            self.read_byte(warm_up);
-            if let Some(ns) = self.read_byte(p) {
+            let sample = match own_page {
+                Some(page) => {
+                    self.load_own_page(page, warm_up);
+                    self.load_own_page(page, p)
+                }
+                None => {
+                    self.read_byte(warm_up);
+                    self.read_byte(p)
+                }
+            };
+            if let Some(ns) = sample {
                 self.reclaim.sizer().costs.thread_remote(ns);
                 let _ = self.latencies[slot]
                     .lock()
@@ -66,5 +91,58 @@ impl Shared {
         // like any fault.
         let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
         (n == 1).then(|| t.elapsed().as_nanos() as u64)
+    }
+
+    /// Maps and registers the probe's own page (`faults=signal`); SIGBUS is unblocked on
+    /// this thread for it.
+    fn probe_page(&self) -> std::io::Result<usize> {
+        // SAFETY: a fresh private anonymous page, ours alone; the sigmask change affects only
+        // this thread.
+        let page = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                PAGE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGBUS);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            p as usize
+        };
+        self.uffd.register(page, PAGE_SIZE)?;
+        super::signal::set_probe_page(self, page);
+        Ok(page)
+    }
+
+    /// Loads from the probe's page, which faults in heap page `p`'s stored copy; how long
+    /// the load took (ns). The page is dropped again afterwards.
+    fn load_own_page(&self, page: usize, p: usize) -> Option<u64> {
+        self.probe_source.store(p, Ordering::SeqCst);
+        let t = Instant::now();
+        // SAFETY: `page` is our own mapped page; a missing page raises SIGBUS, which maps it.
+        unsafe { std::ptr::read_volatile(page as *const u8) };
+        let ns = t.elapsed().as_nanos() as u64;
+        // SAFETY: drops our own page's contents; the next load faults again.
+        unsafe { libc::madvise(page as *mut _, PAGE_SIZE, libc::MADV_DONTNEED) };
+        Some(ns)
+    }
+
+    /// The probe page's fault (in the probe thread's SIGBUS handler): the stored copy of
+    /// the heap page the probe named, or zeros if the store has none.
+    pub(super) fn serve_probe(&self, page: usize) {
+        let mut buf = [0u8; PAGE_SIZE];
+        let p = self.probe_source.load(Ordering::SeqCst) as u64;
+        if self.store.read_pages(&[p], &mut buf).is_err() {
+            buf.fill(0);
+        }
+        // SAFETY: buf is a full page; `page` is the probe's registered page, missing.
+        let _ = unsafe { self.uffd.copy(page, buf.as_ptr(), PAGE_SIZE, false, false) };
     }
 }

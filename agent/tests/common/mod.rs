@@ -2,7 +2,7 @@
 #![allow(dead_code)] // each test binary uses its own part
 
 use memliner_agent::maps::Span;
-use memliner_agent::model::{ThreadClass, ThreadClassifier, ThreadKind};
+use memliner_agent::model::{FaultDelivery, ThreadClass, ThreadClassifier, ThreadKind};
 use memliner_agent::pager::{Pager, PagerConfig};
 use swap_backend::{PageStore, PAGE_SIZE};
 
@@ -19,14 +19,24 @@ impl ThreadClassifier for AllApp {
     }
 }
 
+/// How the tests' pagers take faults: `MEMLINER_TEST_FAULTS=signal|thread` (the test script
+/// runs these tests under both).
+pub fn delivery() -> FaultDelivery {
+    match std::env::var("MEMLINER_TEST_FAULTS").as_deref() {
+        Ok("signal") => FaultDelivery::Signal,
+        _ => FaultDelivery::Thread,
+    }
+}
+
 /// Starts a pager over the whole region.
 pub fn start_pager(
     region: &Region,
-    config: PagerConfig,
+    mut config: PagerConfig,
     store: Box<dyn PageStore>,
     classifier: Box<dyn ThreadClassifier>,
 ) -> Pager {
-    Pager::start(
+    config.delivery = delivery();
+    let pager = Pager::start(
         region.base,
         region.len(),
         &[Span {
@@ -38,7 +48,9 @@ pub fn start_pager(
         classifier,
         fatal,
     )
-    .unwrap()
+    .unwrap();
+    assert_eq!(pager.delivery(), delivery(), "fault delivery");
+    pager
 }
 
 pub struct Region {

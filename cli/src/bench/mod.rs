@@ -51,6 +51,8 @@ pub enum Mode {
     MemlinerClock,
     /// `policy=memliner` with the in-process store (`server=local`): the pager's cost alone.
     MemlinerInProcess,
+    /// `policy=memliner` with `faults=thread`: handler threads instead of self-service faults.
+    MemlinerThreadFaults,
 }
 
 impl Mode {
@@ -65,6 +67,7 @@ impl Mode {
             Mode::KernelCalibrate => "kernel-calibrate",
             Mode::MemlinerClock => "memliner-reclaim-clock",
             Mode::MemlinerInProcess => "memliner-in-process",
+            Mode::MemlinerThreadFaults => "memliner-faults-thread",
         }
     }
 }
@@ -318,10 +321,12 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     out.push(p(Mode::MemlinerClassStreams, 25));
                 }
                 // The data path's own variants, on every Java workload of the first
-                // collector: reference sampling on, and the pager without a network.
+                // collector: reference sampling on, the pager without a network, and faults
+                // delivered to handler threads.
                 if !cfg.kernel_only && java && *c == cfg.collectors[0] {
                     out.push(p(Mode::MemlinerClock, 25));
                     out.push(p(Mode::MemlinerInProcess, 25));
+                    out.push(p(Mode::MemlinerThreadFaults, 25));
                 }
             }
         }
@@ -591,6 +596,10 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
         },
         Mode::MemlinerInProcess => RunConfig {
             server: Some("local".into()),
+            ..base
+        },
+        Mode::MemlinerThreadFaults => RunConfig {
+            faults: Some("thread".into()),
             ..base
         },
         Mode::Memliner => base,

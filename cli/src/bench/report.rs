@@ -365,10 +365,12 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
     let _ = writeln!(
         md,
         "Remote faults cost the faulting thread what the probe sees (a remote read timed from the \
-         faulting side: delivery to the handler, service, wake); the handler's own service time is \
-         beside it. Reactivations are the local faults reference sampling costs; a direct reclaim \
-         is a fault that found the budget full and evicted itself. Agent CPU counts the fault \
-         handlers, the reclaimer, prefetch and the probe (the TCP client runs on them); server \
+         faulting side: with `faults=signal` the trap, the SIGBUS handler's service and the \
+         return; with `faults=thread` delivery to the handler thread, service, wake); the service \
+         time alone is beside it. Reactivations are the local faults reference sampling costs; a direct reclaim \
+         is a fault that found the budget full and evicted itself. Agent CPU counts the time \
+         faulting threads spend serving their own faults, the fault handlers, the reclaimer, \
+         prefetch and the probe (the TCP client runs on them); server \
          CPU is the embedded memory server's connection threads.\n"
     );
     let _ = writeln!(
@@ -383,6 +385,7 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
             Mode::Memliner,
             Mode::MemlinerClock,
             Mode::MemlinerInProcess,
+            Mode::MemlinerThreadFaults,
         ] {
             let m = cell(rs, &w, c, mode, l);
             if m.is_empty() {
