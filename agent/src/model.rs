@@ -40,6 +40,11 @@ impl ThreadClass {
         }
     }
 
+    /// The class `name` names (its stats name).
+    pub fn from_name(name: &str) -> Option<ThreadClass> {
+        ThreadClass::ALL.into_iter().find(|c| c.name() == name)
+    }
+
     pub fn is_gc(self) -> bool {
         matches!(self, ThreadClass::Gc | ThreadClass::GcConcurrent)
     }

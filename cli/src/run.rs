@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use memliner_agent::stats::doc::StatsDoc;
 use swap_backend::server::{self, ServerConfig, ServerHandle};
 
 /// How to run one JVM.
@@ -62,7 +63,7 @@ pub struct RunOutcome {
     pub status: ExitStatus,
     pub wall: Duration,
     /// The stats document, if the agent wrote one.
-    pub stats: Option<serde_json::Value>,
+    pub stats: Option<StatsDoc>,
     /// CPU time the embedded memory server spent serving this run.
     pub server_cpu: Option<Duration>,
     /// Captured output (empty when inherited).
@@ -207,11 +208,13 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
         }
     }
     let stats = stats_path.as_ref().and_then(|p| {
-        let doc = std::fs::read_to_string(p).ok()?;
+        let text = std::fs::read_to_string(p).ok()?;
         if cfg.stats.is_none() {
             let _ = std::fs::remove_file(p);
         }
-        serde_json::from_str(&doc).ok()
+        StatsDoc::parse(&text)
+            .map_err(|e| eprintln!("memliner: cannot read the stats file {}: {e}", p.display()))
+            .ok()
     });
     let embedded_addr = embedded.as_ref().map(|h| h.local_addr().to_string());
     let server_cpu = embedded.as_ref().map(|h| h.cpu_time());

@@ -23,6 +23,7 @@ use serde_json::Value;
 
 use crate::run::{launch, RunConfig};
 use crate::workloads::{self, Workload};
+use memliner_agent::stats::doc::StatsDoc;
 
 /// Local memory ratios of the matrix, in percent of the heap.
 pub const LOCALS: [u32; 4] = [100, 50, 25, 13];
@@ -157,7 +158,7 @@ pub struct Record {
     /// `ok`, or why there is no timing (`oom-killed`, `skipped: ...`).
     pub outcome: String,
     /// The agent's stats document.
-    pub stats: Option<Value>,
+    pub stats: Option<StatsDoc>,
     /// The kernel baseline's figures: limit, peak usage, major faults, swap-ins.
     pub kernel: Option<Value>,
     /// CPU time the embedded memory server spent on this run (ms).
@@ -176,12 +177,8 @@ impl Record {
     }
 
     /// A number from the agent's stats.
-    pub fn stat(&self, path: &[&str]) -> Option<f64> {
-        let mut cur = self.stats.as_ref()?;
-        for k in path {
-            cur = cur.get(k)?;
-        }
-        cur.as_f64()
+    pub fn stat(&self, f: impl Fn(&StatsDoc) -> Option<f64>) -> Option<f64> {
+        self.stats.as_ref().and_then(f)
     }
 }
 
@@ -497,7 +494,7 @@ fn write_outputs(
 /// 100% local).
 fn kernel_limit(calibration: &Record, all_local: &Record, local: u32) -> Option<f64> {
     let usage = calibration.kernel.as_ref()?.get("max_usage")?.as_f64()?;
-    let touched = all_local.stat(&["pager", "peak_resident_pages"])? * 4096.0;
+    let touched = all_local.stat(|d| Some(d.pager.as_ref()?.peak_resident_pages as f64))? * 4096.0;
     Some(usage - touched * (100 - local) as f64 / 100.0)
 }
 

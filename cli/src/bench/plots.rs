@@ -5,7 +5,11 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::report::{app_demand, cell, class_remote, med, pairs, prefetch, workloads_of};
+use memliner_agent::stats::doc::PrefetchClassDoc;
+
+use super::report::{
+    accuracy, app_demand, cell, class_remote, coverage, med, pairs, prefetch, workloads_of,
+};
 use super::{BenchConfig, Mode, Record};
 
 const FONT_FILES: [&str; 3] = [
@@ -250,14 +254,14 @@ fn prefetch_effect(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), 
     let panels = root.split_evenly((1, 3));
     let locals: Vec<u32> = cfg.locals.iter().copied().filter(|l| *l < 100).collect();
     let dashes = [0u32, 1];
-    for (p, (title, key)) in [
-        ("application prefetch accuracy", "accuracy"),
-        ("application prefetch coverage", "coverage"),
-        ("application demand faults (thousands)", "demand"),
-    ]
-    .iter()
-    .enumerate()
-    {
+    // The figure of each panel; `None`: application demand faults.
+    type Figure = Option<fn(&PrefetchClassDoc) -> Option<f64>>;
+    let panels_of: [(&str, Figure); 3] = [
+        ("application prefetch accuracy", Some(accuracy)),
+        ("application prefetch coverage", Some(coverage)),
+        ("application demand faults (thousands)", None),
+    ];
+    for (p, (title, key)) in panels_of.iter().enumerate() {
         let series: Vec<Series> = ws
             .iter()
             .enumerate()
@@ -268,10 +272,9 @@ fn prefetch_effect(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), 
                         .iter()
                         .map(|&l| {
                             let cl = cell(rs, w, c, m, l);
-                            let v = if *key == "demand" {
-                                med(&cl, app_demand) / 1000.0
-                            } else {
-                                med(&cl, |r| prefetch(r, "application", key)) * 100.0
+                            let v = match key {
+                                None => med(&cl, app_demand) / 1000.0,
+                                Some(f) => med(&cl, |r| prefetch(r, "application", f)) * 100.0,
                             };
                             (l as f64, v)
                         })
@@ -281,7 +284,7 @@ fn prefetch_effect(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), 
                 })
             })
             .collect();
-        let top = if *key == "demand" {
+        let top = if key.is_none() {
             series
                 .iter()
                 .flat_map(|s| s.3.iter().map(|p| p.1))
@@ -301,7 +304,7 @@ fn prefetch_effect(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), 
             .configure_mesh()
             .light_line_style(WHITE)
             .x_desc("local memory, % of heap")
-            .y_desc(if *key == "demand" { "thousands" } else { "%" })
+            .y_desc(if key.is_none() { "thousands" } else { "%" })
             .label_style(("sans-serif", 11))
             .draw()
             .map_err(e)?;

@@ -3,6 +3,9 @@
 
 use std::fmt::Write;
 
+use memliner_agent::model::ThreadClass;
+use memliner_agent::stats::doc::{PagerDoc, Percentiles, PrefetchClassDoc};
+
 use super::{median, BenchConfig, Mode, Record};
 
 /// Figures measured outside the matrix.
@@ -13,37 +16,52 @@ pub struct Extras {
     pub elapsed_s: f64,
 }
 
-/// A remote-fault count by class from a record's stats.
-pub fn class_faults(r: &Record, class: &str, kind: &str) -> Option<f64> {
-    r.stat(&["faults", "by_class", class, kind])
+/// A thread class of the tables and plots, by its stats name.
+fn class_named(class: &str) -> ThreadClass {
+    ThreadClass::from_name(class).unwrap_or_else(|| panic!("no thread class '{class}'"))
 }
 
 /// Remote faults of a class; `other` takes in the JIT and VM threads too (the tables and
 /// plots show four classes).
 pub fn class_remote(r: &Record, class: &str) -> Option<f64> {
-    if class == "other" {
-        Some(
-            ["jit", "vm", "other"]
-                .iter()
-                .filter_map(|k| class_faults(r, k, "remote"))
-                .sum(),
-        )
+    let by = &r.stats.as_ref()?.faults.by_class;
+    Some(if class == "other" {
+        (by.jit.remote + by.vm.remote + by.other.remote) as f64
     } else {
-        class_faults(r, class, "remote")
-    }
+        by.get(class_named(class)).remote as f64
+    })
 }
 
 /// Application demand faults: pages application threads waited for from the server.
 pub fn app_demand(r: &Record) -> Option<f64> {
-    class_faults(r, "application", "remote")
+    class_remote(r, "application")
 }
 
-pub fn prefetch(r: &Record, class: &str, key: &str) -> Option<f64> {
+/// A prefetch figure of one stream class (`all`: every class).
+pub fn prefetch(
+    r: &Record,
+    class: &str,
+    f: impl Fn(&PrefetchClassDoc) -> Option<f64>,
+) -> Option<f64> {
+    let pf = r.stats.as_ref()?.prefetch.as_ref()?;
     if class == "all" {
-        r.stat(&["prefetch", "all", key])
+        f(&pf.all)
     } else {
-        r.stat(&["prefetch", "by_class", class, key])
+        f(pf.by_class.get(class_named(class)))
     }
+}
+
+/// The pages a prefetch figure counts.
+pub fn pages(p: &PrefetchClassDoc) -> Option<f64> {
+    Some(p.pages as f64)
+}
+
+pub fn accuracy(p: &PrefetchClassDoc) -> Option<f64> {
+    p.accuracy
+}
+
+pub fn coverage(p: &PrefetchClassDoc) -> Option<f64> {
+    p.coverage
 }
 
 /// The records of one cell.
@@ -185,9 +203,9 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         let n = cell(rs, "graph", first, Mode::NoAgent, 100);
         let (bw, mw, nw, kw) = (med(&b, wall), med(&m, wall), med(&n, wall), med(&k, wall));
         let (ba, ma) = (med(&b, app_demand), med(&m, app_demand));
-        let acc = |c: &[&Record]| med(c, |r| prefetch(r, "application", "accuracy"));
-        let cov = |c: &[&Record]| med(c, |r| prefetch(r, "application", "coverage"));
-        let share = |c: &[&Record]| med(c, |r| r.stat(&["faults", "gc_share_of_remote"]));
+        let acc = |c: &[&Record]| med(c, |r| prefetch(r, "application", accuracy));
+        let cov = |c: &[&Record]| med(c, |r| prefetch(r, "application", coverage));
+        let share = |c: &[&Record]| med(c, |r| r.stat(|d| d.faults.gc_share_of_remote));
         let _ = writeln!(
             md,
             "## Headline: {first}, graph, 25% local — memliner vs baseline\n"
@@ -297,11 +315,16 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
                 f("gc"),
                 f("gc-concurrent"),
                 f("other"),
-                fmt(med(&cl, |r| r.stat(&["faults", "prefetch_hit"])), 0),
-                pct(med(&cl, |r| r.stat(&["faults", "gc_share_of_remote"]))),
-                fmt(med(&cl, |r| r.stat(&["faults", "write"])), 0),
                 fmt(
-                    med(&cl, |r| r.stat(&["pager", "remote", "pages_written"])),
+                    med(&cl, |r| r.stat(|d| Some(d.faults.prefetch_hit as f64))),
+                    0
+                ),
+                pct(med(&cl, |r| r.stat(|d| d.faults.gc_share_of_remote))),
+                fmt(med(&cl, |r| r.stat(|d| Some(d.faults.write as f64))), 0),
+                fmt(
+                    med(&cl, |r| r.stat(|d| Some(
+                        d.pager.as_ref()?.remote.pages_written as f64
+                    ))),
                     0
                 ),
             );
@@ -319,18 +342,20 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         let c = &c;
         for mode in [Mode::Baseline, Mode::Memliner] {
             let cl = cell(rs, &w, c, mode, l);
-            let p = |class: &str, k: &str| pct(med(&cl, |r| prefetch(r, class, k)));
+            let p = |class: &str, k: fn(&PrefetchClassDoc) -> Option<f64>| {
+                pct(med(&cl, |r| prefetch(r, class, k)))
+            };
             let _ = writeln!(
                 md,
                 "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} |",
                 mode.name(),
-                fmt(med(&cl, |r| prefetch(r, "all", "pages")), 0),
-                p("application", "accuracy"),
-                p("application", "coverage"),
-                p("gc", "accuracy"),
-                p("gc-concurrent", "accuracy"),
-                p("all", "accuracy"),
-                p("all", "coverage"),
+                fmt(med(&cl, |r| prefetch(r, "all", pages)), 0),
+                p("application", accuracy),
+                p("application", coverage),
+                p("gc", accuracy),
+                p("gc-concurrent", accuracy),
+                p("all", accuracy),
+                p("all", coverage),
             );
         }
     }
@@ -348,15 +373,29 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         let _ = writeln!(
             md,
             "| {w} | {c} | {l}% | {} | {} | {} | {} | {} / {} |",
-            fmt(med(&m, |r| r.stat(&["pager", "cold", "evicted"])), 0),
-            fmt(med(&m, |r| r.stat(&["pager", "cold", "promoted"])), 0),
-            fmt(med(&m, |r| r.stat(&["pager", "concurrent_cycles"])), 0),
             fmt(
-                med(&m, |r| r.stat(&["pager", "app_faults_in_concurrent_cycle"])),
+                med(&m, |r| r
+                    .stat(|d| Some(d.pager.as_ref()?.cold.evicted as f64))),
                 0
             ),
-            fmt(med(&b, |r| r.stat(&["gc", "pause_total_ms"])), 0),
-            fmt(med(&m, |r| r.stat(&["gc", "pause_total_ms"])), 0),
+            fmt(
+                med(&m, |r| r
+                    .stat(|d| Some(d.pager.as_ref()?.cold.promoted as f64))),
+                0
+            ),
+            fmt(
+                med(&m, |r| r
+                    .stat(|d| Some(d.pager.as_ref()?.concurrent_cycles as f64))),
+                0
+            ),
+            fmt(
+                med(&m, |r| r.stat(|d| Some(
+                    d.pager.as_ref()?.app_faults_in_concurrent_cycle as f64
+                ))),
+                0
+            ),
+            fmt(med(&b, |r| r.stat(|d| Some(d.gc.pause_total_ms))), 0),
+            fmt(med(&m, |r| r.stat(|d| Some(d.gc.pause_total_ms))), 0),
         );
     }
 
@@ -391,22 +430,23 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
             if m.is_empty() {
                 continue;
             }
-            let us = |path: &[&str]| med(&m, |r| r.stat(path));
+            let us =
+                |f: fn(&PagerDoc) -> Option<f64>| med(&m, |r| r.stat(|d| f(d.pager.as_ref()?)));
             let _ = writeln!(
                 md,
                 "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} |",
                 mode.name(),
                 fmt(med(&m, wall) / n, 1),
-                fmt(us(&["faults", "remote"]), 0),
-                fmt(us(&["faults", "reactivate"]), 0),
-                fmt(us(&["pager", "reclaim", "direct_reclaims"]), 0),
-                fmt(us(&["pager", "agent_cpu", "total_s"]), 2),
-                fmt(us(&["pager", "agent_cpu", "per_remote_fault_us"]), 1),
+                fmt(med(&m, |r| r.stat(|d| Some(d.faults.remote as f64))), 0),
+                fmt(med(&m, |r| r.stat(|d| Some(d.faults.reactivate as f64))), 0),
+                fmt(us(|p| Some(p.reclaim.direct_reclaims as f64)), 0),
+                fmt(us(|p| Some(p.agent_cpu.total_s)), 2),
+                fmt(us(|p| p.agent_cpu.per_remote_fault_us), 1),
                 fmt(med(&m, |r| r.server_cpu_ms.map(|v| v / 1e3)), 2),
-                fmt(us(&["pager", "latency", "remote", "p50_us"]), 1),
-                fmt(us(&["pager", "latency", "remote", "p99_us"]), 0),
-                fmt(us(&["pager", "latency", "thread_remote", "p50_us"]), 1),
-                fmt(us(&["pager", "latency", "thread_remote", "p99_us"]), 0),
+                fmt(us(|p| p.latency.remote.p50_us), 1),
+                fmt(us(|p| p.latency.remote.p99_us), 0),
+                fmt(us(|p| p.latency.thread_remote.p50_us), 1),
+                fmt(us(|p| p.latency.thread_remote.p99_us), 0),
             );
         }
     }
@@ -420,14 +460,18 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         if tcp.is_empty() {
             continue;
         }
-        let lat = |q: &str| med(&tcp, |r| r.stat(&["pager", "latency", "thread_remote", q]));
+        let lat = |f: fn(&Percentiles) -> Option<f64>| {
+            med(&tcp, |r| {
+                r.stat(|d| f(&d.pager.as_ref()?.latency.thread_remote))
+            })
+        };
         let _ = writeln!(
             target_rows,
             "| {w} | {}x (<= 6x) | {}x (<= 3x) | {} / {} us (<= 15 / 100) | {}% (<= 3%) |",
             fmt(med(&tcp, wall) / n, 1),
             fmt(med(&local, wall) / n, 1),
-            fmt(lat("p50_us"), 1),
-            fmt(lat("p99_us"), 0),
+            fmt(lat(|p| p.p50_us), 1),
+            fmt(lat(|p| p.p99_us), 0),
             fmt((med(&full, wall) / n - 1.0) * 100.0, 1),
         );
     }
@@ -459,7 +503,7 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         for (w, c) in sampled {
             let clock = cell(rs, &w, &c, Mode::MemlinerClock, 25);
             let fifo = cell(rs, &w, &c, Mode::Memliner, 25);
-            let remote = |x: &[&Record]| med(x, |r| r.stat(&["faults", "remote"]));
+            let remote = |x: &[&Record]| med(x, |r| r.stat(|d| Some(d.faults.remote as f64)));
             let _ = writeln!(
                 md,
                 "| {w} | {c} | {} / {} | {} / {} | {} | {} | {} |",
@@ -468,13 +512,14 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
                 fmt(remote(&clock), 0),
                 fmt(remote(&fifo), 0),
                 fmt(remote(&fifo) - remote(&clock), 0),
-                fmt(med(&clock, |r| r.stat(&["faults", "reactivate"])), 0),
                 fmt(
-                    med(&clock, |r| r.stat(&[
-                        "pager",
-                        "reclaim",
-                        "workingset_refaults"
-                    ])),
+                    med(&clock, |r| r.stat(|d| Some(d.faults.reactivate as f64))),
+                    0
+                ),
+                fmt(
+                    med(&clock, |r| r.stat(|d| Some(
+                        d.pager.as_ref()?.reclaim.workingset_refaults as f64
+                    ))),
                     0
                 ),
             );
@@ -508,12 +553,21 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
                 md,
                 "| {label} | {} | {} | {} | {} | {} | {} | {} |",
                 fmt(med(c, wall), 0),
-                fmt(med(c, |r| r.stat(&["faults", "write"])), 0),
-                fmt(med(c, |r| r.stat(&["pager", "remote", "pages_written"])), 0),
-                fmt(med(c, |r| r.stat(&["pager", "evictions", "clean"])), 0),
+                fmt(med(c, |r| r.stat(|d| Some(d.faults.write as f64))), 0),
+                fmt(
+                    med(c, |r| r.stat(|d| Some(
+                        d.pager.as_ref()?.remote.pages_written as f64
+                    ))),
+                    0
+                ),
+                fmt(
+                    med(c, |r| r
+                        .stat(|d| Some(d.pager.as_ref()?.evictions.clean as f64))),
+                    0
+                ),
                 fmt(med(c, app_demand), 0),
-                pct(med(c, |r| prefetch(r, "application", "accuracy"))),
-                pct(med(c, |r| prefetch(r, "application", "coverage"))),
+                pct(med(c, |r| prefetch(r, "application", accuracy))),
+                pct(med(c, |r| prefetch(r, "application", coverage))),
             );
         }
     }
@@ -605,19 +659,19 @@ pub fn csv(rs: &[Record]) -> String {
             v(Some(r.workload_ms).filter(|x| x.is_finite())),
             r.checksum,
             v(app_demand(r)),
-            v(class_faults(r, "gc", "remote")),
-            v(class_faults(r, "gc-concurrent", "remote")),
-            v(r.stat(&["faults", "prefetch_hit"])),
-            v(prefetch(r, "application", "accuracy")),
-            v(prefetch(r, "application", "coverage")),
-            v(r.stat(&["process", "peak_rss_bytes"])),
+            v(class_remote(r, "gc")),
+            v(class_remote(r, "gc-concurrent")),
+            v(r.stat(|d| Some(d.faults.prefetch_hit as f64))),
+            v(prefetch(r, "application", accuracy)),
+            v(prefetch(r, "application", coverage)),
+            v(r.stat(|d| d.process.peak_rss_bytes.map(|v| v as f64))),
             v(k("limit_bytes")),
             v(k("pgmajfault")),
-            v(r.stat(&["faults", "reactivate"])),
-            v(r.stat(&["pager", "reclaim", "direct_reclaims"])),
-            v(r.stat(&["pager", "agent_cpu", "total_s"])),
+            v(r.stat(|d| Some(d.faults.reactivate as f64))),
+            v(r.stat(|d| Some(d.pager.as_ref()?.reclaim.direct_reclaims as f64))),
+            v(r.stat(|d| Some(d.pager.as_ref()?.agent_cpu.total_s))),
             v(r.server_cpu_ms.map(|x| x / 1e3)),
-            v(r.stat(&["pager", "latency", "thread_remote", "p50_us"])),
+            v(r.stat(|d| d.pager.as_ref()?.latency.thread_remote.p50_us)),
         );
     }
     out
@@ -626,8 +680,9 @@ pub fn csv(rs: &[Record]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memliner_agent::stats::doc::StatsDoc;
 
-    fn record(mode: Mode, local: u32, wall_ms: f64, stats: serde_json::Value) -> Record {
+    fn record(mode: Mode, local: u32, wall_ms: f64, stats: Option<StatsDoc>) -> Record {
         Record {
             rep: 0,
             workload: "graph".into(),
@@ -638,29 +693,33 @@ mod tests {
             workload_ms: wall_ms,
             checksum: "c".into(),
             outcome: "ok".into(),
-            stats: Some(stats),
+            stats,
             kernel: None,
             server_cpu_ms: Some(250.0),
         }
     }
 
-    fn paged(remote: u64, reactivate: u64) -> serde_json::Value {
-        serde_json::json!({
-            "faults": {"remote": remote, "reactivate": reactivate},
-            "pager": {
-                "reclaim": {"direct_reclaims": 3, "workingset_refaults": 9},
-                "agent_cpu": {"total_s": 1.5, "per_remote_fault_us": 15.0},
-                "latency": {"remote": {"p50_us": 4.0, "p99_us": 80.0},
-                            "thread_remote": {"p50_us": 30.0, "p99_us": 120.0}}
-            }
-        })
+    fn paged(remote: u64, reactivate: u64) -> Option<StatsDoc> {
+        let mut d = StatsDoc::sample();
+        d.faults.remote = remote;
+        d.faults.reactivate = reactivate;
+        let p = d.pager.as_mut().unwrap();
+        p.reclaim.direct_reclaims = 3;
+        p.reclaim.workingset_refaults = 9;
+        p.agent_cpu.total_s = 1.5;
+        p.agent_cpu.per_remote_fault_us = Some(15.0);
+        p.latency.remote.p50_us = Some(4.0);
+        p.latency.remote.p99_us = Some(80.0);
+        p.latency.thread_remote.p50_us = Some(30.0);
+        p.latency.thread_remote.p99_us = Some(120.0);
+        Some(d)
     }
 
     #[test]
     fn the_report_shows_where_the_data_path_time_goes_and_what_sampling_saves() {
         let cfg = BenchConfig::quick("/tmp/x".into());
         let rs = vec![
-            record(Mode::NoAgent, 100, 1000.0, serde_json::json!({})),
+            record(Mode::NoAgent, 100, 1000.0, None),
             record(Mode::Memliner, 100, 1020.0, paged(0, 0)),
             record(Mode::MemlinerClock, 25, 5000.0, paged(1000, 400)),
             record(Mode::Memliner, 25, 6000.0, paged(1600, 0)),

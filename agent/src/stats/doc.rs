@@ -1,0 +1,470 @@
+//! The stats document's types: what the agent writes (`stats=`) and what the `memliner`
+//! command reads (run summary, bench report, plots, tests). Defined once, here; a field that
+//! moves or disappears is a compile error on both sides, and a document that lacks one fails
+//! to parse with the field's name instead of reading as 0.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::ThreadClass;
+
+/// Version of the document's layout; bumped when a field changes meaning.
+pub const VERSION: u32 = 2;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsDoc {
+    pub version: u32,
+    /// `memliner`, `baseline` or `off`.
+    pub policy: String,
+    pub wall_ms: f64,
+    /// The paged heap; `None` before VMInit found it or with `policy=off`.
+    pub heap: Option<HeapDoc>,
+    pub pager: Option<PagerDoc>,
+    pub faults: FaultsDoc,
+    pub prefetch: Option<PrefetchDoc>,
+    pub gc: GcDoc,
+    pub process: ProcessDoc,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeapDoc {
+    /// Hex address of the reserved heap.
+    pub base: String,
+    pub bytes: u64,
+    pub collector: String,
+    /// `vmstructs` or `maps`.
+    pub discovery: String,
+    /// Anonymous mappings registered inside the heap.
+    pub spans: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PagerDoc {
+    pub budget_pages: u64,
+    pub resident_pages: u64,
+    pub peak_resident_pages: u64,
+    /// Resident heap pages as the kernel sees them (mincore), at the time of writing.
+    pub resident_pages_mincore: u64,
+    pub heap_pages: u64,
+    /// The page store, as a URL (`tcp://HOST:PORT`, `local`).
+    pub store: String,
+    /// How faults were delivered: `signal` or `thread`.
+    pub delivery: String,
+    /// Faults served by the faulting thread itself (`faults=signal`).
+    pub signal_faults: u64,
+    /// `process_madvise` (batched) or `madvise`.
+    pub discard: String,
+    pub remote: RemoteDoc,
+    pub evictions: EvictionsDoc,
+    pub zero_filled_ahead: u64,
+    pub unmap_events: u64,
+    /// Reclaim passes that found every charged page in flight.
+    pub reclaim_found_all_in_flight: u64,
+    pub cold: ColdDoc,
+    pub concurrent_cycles: u64,
+    pub app_faults_in_concurrent_cycle: u64,
+    pub latency: LatencyDoc,
+    pub reclaim: ReclaimDoc,
+    pub agent_cpu: AgentCpuDoc,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteDoc {
+    pub pages_read: u64,
+    /// Of `pages_read`, read by prefetch.
+    pub pages_prefetched: u64,
+    pub pages_written: u64,
+    pub pages_freed: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvictionsDoc {
+    pub clean: u64,
+    pub dirty: u64,
+    pub zero: u64,
+}
+
+impl EvictionsDoc {
+    pub fn total(&self) -> u64 {
+        self.clean + self.dirty + self.zero
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColdDoc {
+    pub evicted: u64,
+    pub promoted: u64,
+    pub demoted_after_pause: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatencyDoc {
+    /// Every fault, service time.
+    pub all: Percentiles,
+    /// Remote faults, service time.
+    pub remote: Percentiles,
+    /// Remote faults as the faulting thread sees them (the probe).
+    pub thread_remote: Percentiles,
+}
+
+/// A latency histogram's summary; the percentiles are absent when nothing was recorded.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Percentiles {
+    pub count: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_us: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReclaimDoc {
+    /// `fifo` or `clock`.
+    pub mode: String,
+    pub watermarks_pages: Watermarks,
+    pub inactive_pages: u64,
+    pub inactive_target_pages: u64,
+    pub target_grown: u64,
+    pub target_shrunk: u64,
+    pub cost_local_fault_us: f64,
+    pub cost_remote_fault_us: f64,
+    pub deactivated: u64,
+    pub reactivated: u64,
+    pub workingset_refaults: u64,
+    pub direct_reclaims: u64,
+    pub background_passes: u64,
+    pub background_evicted: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Watermarks {
+    pub low: u64,
+    pub high: u64,
+}
+
+/// CPU seconds of the agent's threads by role, and the time faulting threads spent serving
+/// their own faults (`faults=signal`: wall time, an upper bound of its CPU).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentCpuDoc {
+    pub fault_handlers_s: f64,
+    pub reclaimer_s: f64,
+    pub prefetch_s: f64,
+    pub probe_s: f64,
+    pub signal_service_s: f64,
+    pub total_s: f64,
+    /// `total_s` per remote fault, in µs; `None` without remote faults.
+    pub per_remote_fault_us: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultsDoc {
+    pub by_class: ByClass<ClassFaults>,
+    /// Every fault but stale ones (already served when handled).
+    pub total: u64,
+    pub zero: u64,
+    pub remote: u64,
+    pub write: u64,
+    pub stale: u64,
+    pub prefetch_hit: u64,
+    pub reactivate: u64,
+    pub gc_share_of_remote: Option<f64>,
+    pub gc_share_of_all: Option<f64>,
+}
+
+/// One thread class's faults by kind (`FaultKind::name`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassFaults {
+    pub zero: u64,
+    pub remote: u64,
+    pub write: u64,
+    pub stale: u64,
+    pub prefetch_hit: u64,
+    pub reactivate: u64,
+    /// All but stale.
+    pub total: u64,
+}
+
+/// One value per thread class, named as `ThreadClass::name`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ByClass<T> {
+    pub application: T,
+    pub gc: T,
+    #[serde(rename = "gc-concurrent")]
+    pub gc_concurrent: T,
+    pub jit: T,
+    pub vm: T,
+    pub other: T,
+}
+
+impl<T> ByClass<T> {
+    pub fn get(&self, c: ThreadClass) -> &T {
+        match c {
+            ThreadClass::Application => &self.application,
+            ThreadClass::Gc => &self.gc,
+            ThreadClass::GcConcurrent => &self.gc_concurrent,
+            ThreadClass::Jit => &self.jit,
+            ThreadClass::Vm => &self.vm,
+            ThreadClass::Other => &self.other,
+        }
+    }
+
+    pub fn get_mut(&mut self, c: ThreadClass) -> &mut T {
+        match c {
+            ThreadClass::Application => &mut self.application,
+            ThreadClass::Gc => &mut self.gc,
+            ThreadClass::GcConcurrent => &mut self.gc_concurrent,
+            ThreadClass::Jit => &mut self.jit,
+            ThreadClass::Vm => &mut self.vm,
+            ThreadClass::Other => &mut self.other,
+        }
+    }
+
+    /// (class, value) in `ThreadClass::ALL` order.
+    pub fn iter(&self) -> impl Iterator<Item = (ThreadClass, &T)> {
+        ThreadClass::ALL.into_iter().map(move |c| (c, self.get(c)))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefetchDoc {
+    /// The policy whose streams these are.
+    pub policy: String,
+    pub all: PrefetchClassDoc,
+    pub by_class: ByClass<PrefetchClassDoc>,
+}
+
+/// Prefetch figures of one stream class (or all).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefetchClassDoc {
+    pub windows: u64,
+    pub pages: u64,
+    pub marker_hits: u64,
+    pub marker_misses: u64,
+    pub hit_pages: u64,
+    pub dropped_windows: u64,
+    pub dropped_low_reserve: u64,
+    pub demand_faults: u64,
+    /// Marker hits / markers resolved.
+    pub accuracy: Option<f64>,
+    /// Pages of hit windows / (those + demand faults).
+    pub coverage: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GcDoc {
+    pub pauses: u64,
+    pub pause_total_ms: f64,
+    pub pause_max_ms: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessDoc {
+    pub peak_rss_bytes: Option<u64>,
+    pub rss_bytes: Option<u64>,
+}
+
+impl StatsDoc {
+    /// Parses a stats document; an error names what is missing or malformed.
+    pub fn parse(text: &str) -> Result<StatsDoc, String> {
+        let doc: StatsDoc = serde_json::from_str(text)
+            .map_err(|e| format!("not a memliner stats document: {e}"))?;
+        if doc.version != VERSION {
+            return Err(format!(
+                "stats document version {} (this memliner reads version {VERSION})",
+                doc.version
+            ));
+        }
+        Ok(doc)
+    }
+}
+
+impl StatsDoc {
+    /// A small, consistent document (a G1 heap of 64 MiB at 25% over TCP), for the tests of
+    /// whatever reads documents.
+    pub fn sample() -> StatsDoc {
+        let class = |total: u64, remote: u64| ClassFaults {
+            zero: total - remote,
+            remote,
+            total,
+            ..ClassFaults::default()
+        };
+        let pf = |accuracy: Option<f64>, coverage: Option<f64>| PrefetchClassDoc {
+            accuracy,
+            coverage,
+            ..PrefetchClassDoc::default()
+        };
+        StatsDoc {
+            version: VERSION,
+            policy: "memliner".into(),
+            wall_ms: 1500.0,
+            heap: Some(HeapDoc {
+                base: "0x7f0000000000".into(),
+                bytes: 64 << 20,
+                collector: "G1".into(),
+                discovery: "vmstructs".into(),
+                spans: 1,
+            }),
+            pager: Some(PagerDoc {
+                budget_pages: 4096,
+                resident_pages: 4000,
+                peak_resident_pages: 4000,
+                resident_pages_mincore: 3990,
+                heap_pages: 16384,
+                store: "tcp://127.0.0.1:1".into(),
+                delivery: "signal".into(),
+                signal_faults: 90,
+                discard: "process_madvise".into(),
+                remote: RemoteDoc {
+                    pages_read: 10,
+                    pages_prefetched: 0,
+                    pages_written: 5,
+                    pages_freed: 0,
+                },
+                evictions: EvictionsDoc {
+                    clean: 1,
+                    dirty: 2,
+                    zero: 3,
+                },
+                zero_filled_ahead: 0,
+                unmap_events: 0,
+                reclaim_found_all_in_flight: 0,
+                cold: ColdDoc {
+                    evicted: 0,
+                    promoted: 0,
+                    demoted_after_pause: 0,
+                },
+                concurrent_cycles: 0,
+                app_faults_in_concurrent_cycle: 0,
+                latency: LatencyDoc {
+                    all: Percentiles {
+                        count: 100,
+                        p50_us: Some(4.0),
+                        p99_us: Some(20.0),
+                        max_us: Some(50.0),
+                    },
+                    remote: Percentiles::default(),
+                    thread_remote: Percentiles {
+                        count: 7,
+                        p50_us: Some(30.0),
+                        p99_us: Some(90.0),
+                        max_us: Some(95.0),
+                    },
+                },
+                reclaim: ReclaimDoc {
+                    mode: "clock".into(),
+                    watermarks_pages: Watermarks {
+                        low: 128,
+                        high: 256,
+                    },
+                    inactive_pages: 0,
+                    inactive_target_pages: 1024,
+                    target_grown: 0,
+                    target_shrunk: 0,
+                    cost_local_fault_us: 5.0,
+                    cost_remote_fault_us: 40.0,
+                    deactivated: 900,
+                    reactivated: 300,
+                    workingset_refaults: 20,
+                    direct_reclaims: 2,
+                    background_passes: 10,
+                    background_evicted: 600,
+                },
+                agent_cpu: AgentCpuDoc {
+                    fault_handlers_s: 0.8,
+                    reclaimer_s: 0.4,
+                    prefetch_s: 0.1,
+                    probe_s: 0.0,
+                    signal_service_s: 0.2,
+                    total_s: 1.5,
+                    per_remote_fault_us: Some(12.5),
+                },
+            }),
+            faults: FaultsDoc {
+                by_class: ByClass {
+                    application: class(25, 10),
+                    gc: class(75, 30),
+                    ..ByClass::default()
+                },
+                total: 100,
+                zero: 60,
+                remote: 40,
+                write: 0,
+                stale: 0,
+                prefetch_hit: 0,
+                reactivate: 0,
+                gc_share_of_remote: Some(0.75),
+                gc_share_of_all: Some(0.75),
+            },
+            prefetch: Some(PrefetchDoc {
+                policy: "memliner".into(),
+                all: PrefetchClassDoc {
+                    pages: 300,
+                    windows: 40,
+                    ..pf(Some(0.9), Some(0.5))
+                },
+                by_class: ByClass {
+                    application: pf(Some(0.95), None),
+                    ..ByClass::default()
+                },
+            }),
+            gc: GcDoc {
+                pauses: 3,
+                pause_total_ms: 12.0,
+                pause_max_ms: 6.0,
+            },
+            process: ProcessDoc {
+                peak_rss_bytes: Some(200 << 20),
+                rss_bytes: Some(190 << 20),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_document_round_trips_and_a_missing_field_is_named() {
+        let doc = StatsDoc::sample();
+        let text = serde_json::to_string(&doc).unwrap();
+        assert_eq!(StatsDoc::parse(&text).unwrap(), doc);
+        // Class names as the thread classes name themselves.
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for c in ThreadClass::ALL {
+            assert!(
+                v["faults"]["by_class"][c.name()].is_object(),
+                "{}",
+                c.name()
+            );
+        }
+        let mut v = v;
+        v["pager"]
+            .as_object_mut()
+            .unwrap()
+            .remove("peak_resident_pages");
+        let err = StatsDoc::parse(&v.to_string()).unwrap_err();
+        assert!(err.contains("missing field `peak_resident_pages`"), "{err}");
+        v["version"] = 1.into();
+        assert!(StatsDoc::parse(&v.to_string()).is_err());
+    }
+}

@@ -1,0 +1,314 @@
+//! The stats document: one JSON object, written at VM death and on SIGQUIT (DataDumpRequest).
+//! Its types are in `doc` (shared with the `memliner` command); this module fills them in.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::model::{FaultKind, ThreadClass};
+use crate::pager::{Pager, Role};
+
+pub mod doc;
+
+use doc::*;
+
+/// Stop-the-world pause times from JVMTI GarbageCollectionStart/Finish.
+#[derive(Debug, Default)]
+pub struct GcTimes {
+    pauses: AtomicU64,
+    total_ns: AtomicU64,
+    max_ns: AtomicU64,
+    started: Mutex<Option<Instant>>,
+}
+
+impl GcTimes {
+    pub fn pause_started(&self) {
+        *self.started.lock().unwrap() = Some(Instant::now());
+    }
+
+    pub fn pause_finished(&self) {
+        if let Some(t) = self.started.lock().unwrap().take() {
+            let ns = t.elapsed().as_nanos() as u64;
+            self.pauses.fetch_add(1, Ordering::Relaxed);
+            self.total_ns.fetch_add(ns, Ordering::Relaxed);
+            self.max_ns.fetch_max(ns, Ordering::Relaxed);
+        }
+    }
+
+    fn doc(&self) -> GcDoc {
+        GcDoc {
+            pauses: self.pauses.load(Ordering::Relaxed),
+            pause_total_ms: self.total_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            pause_max_ms: self.max_ns.load(Ordering::Relaxed) as f64 / 1e6,
+        }
+    }
+}
+
+/// What the heap looked like when paging started.
+#[derive(Clone, Debug)]
+pub struct HeapInfo {
+    pub base: usize,
+    pub bytes: usize,
+    pub collector: String,
+    pub discovery: &'static str,
+    pub spans: usize,
+}
+
+fn percentiles(h: &hdrhistogram::Histogram<u64>) -> Percentiles {
+    if h.is_empty() {
+        return Percentiles::default();
+    }
+    Percentiles {
+        count: h.len(),
+        p50_us: Some(h.value_at_quantile(0.5) as f64 / 1e3),
+        p99_us: Some(h.value_at_quantile(0.99) as f64 / 1e3),
+        max_us: Some(h.max() as f64 / 1e3),
+    }
+}
+
+fn ld(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// Everything the agent knows, as one document.
+pub fn document(
+    options: &crate::options::Options,
+    heap: Option<&HeapInfo>,
+    pager: Option<&Pager>,
+    gc: &GcTimes,
+    wall: std::time::Duration,
+) -> StatsDoc {
+    let faults = faults_doc(pager);
+    StatsDoc {
+        version: VERSION,
+        policy: options.policy.name().into(),
+        wall_ms: wall.as_secs_f64() * 1e3,
+        heap: heap.map(|h| HeapDoc {
+            base: format!("{:#x}", h.base),
+            bytes: h.bytes as u64,
+            collector: h.collector.clone(),
+            discovery: h.discovery.into(),
+            spans: h.spans as u64,
+        }),
+        pager: pager.map(|p| pager_doc(p, faults.remote)),
+        prefetch: pager.and_then(prefetch_doc),
+        faults,
+        gc: gc.doc(),
+        process: process_memory(),
+    }
+}
+
+fn faults_doc(pager: Option<&Pager>) -> FaultsDoc {
+    let mut by_class = ByClass::<ClassFaults>::default();
+    let mut totals = ClassFaults::default();
+    let (mut gc_remote, mut gc_total) = (0, 0);
+    if let Some(p) = pager {
+        for class in ThreadClass::ALL {
+            let n = |k: FaultKind| ld(&p.counters().faults[class as usize][k as usize]);
+            let c = ClassFaults {
+                zero: n(FaultKind::Zero),
+                remote: n(FaultKind::Remote),
+                write: n(FaultKind::Write),
+                stale: n(FaultKind::Stale),
+                prefetch_hit: n(FaultKind::Hit),
+                reactivate: n(FaultKind::Reactivate),
+                total: FaultKind::ALL
+                    .iter()
+                    .filter(|&&k| k != FaultKind::Stale)
+                    .map(|&k| n(k))
+                    .sum(),
+            };
+            totals.zero += c.zero;
+            totals.remote += c.remote;
+            totals.write += c.write;
+            totals.stale += c.stale;
+            totals.prefetch_hit += c.prefetch_hit;
+            totals.reactivate += c.reactivate;
+            totals.total += c.total;
+            if class.is_gc() {
+                gc_remote += c.remote;
+                gc_total += c.total;
+            }
+            *by_class.get_mut(class) = c;
+        }
+    }
+    let share = |num: u64, den: u64| (den > 0).then(|| num as f64 / den as f64);
+    FaultsDoc {
+        gc_share_of_remote: share(gc_remote, totals.remote),
+        gc_share_of_all: share(gc_total, totals.total),
+        by_class,
+        total: totals.total,
+        zero: totals.zero,
+        remote: totals.remote,
+        write: totals.write,
+        stale: totals.stale,
+        prefetch_hit: totals.prefetch_hit,
+        reactivate: totals.reactivate,
+    }
+}
+
+fn pager_doc(p: &Pager, remote_faults: u64) -> PagerDoc {
+    let c = p.counters();
+    let l = p.latencies();
+    PagerDoc {
+        budget_pages: p.budget_pages() as u64,
+        resident_pages: p.resident_pages() as u64,
+        peak_resident_pages: p.peak_resident_pages() as u64,
+        resident_pages_mincore: p.mincore_resident_pages() as u64,
+        heap_pages: p.npages() as u64,
+        store: p.store_description(),
+        delivery: p.delivery().name().into(),
+        signal_faults: ld(&c.signal_faults),
+        discard: if p.uses_process_madvise() {
+            "process_madvise"
+        } else {
+            "madvise"
+        }
+        .into(),
+        remote: RemoteDoc {
+            pages_read: ld(&c.pages_read),
+            pages_prefetched: ld(&c.pages_prefetched),
+            pages_written: ld(&c.pages_written),
+            pages_freed: ld(&c.pages_freed_remote),
+        },
+        evictions: EvictionsDoc {
+            clean: ld(&c.evicted_clean),
+            dirty: ld(&c.evicted_dirty),
+            zero: ld(&c.evicted_zero),
+        },
+        zero_filled_ahead: ld(&c.zero_filled_ahead),
+        unmap_events: ld(&c.unmap_events),
+        reclaim_found_all_in_flight: ld(&c.reclaim_found_all_in_flight),
+        cold: ColdDoc {
+            evicted: ld(&c.evicted_cold),
+            promoted: ld(&c.promoted),
+            demoted_after_pause: ld(&c.demoted_after_pause),
+        },
+        concurrent_cycles: ld(&c.concurrent_cycles),
+        app_faults_in_concurrent_cycle: ld(&c.app_faults_in_concurrent_cycle),
+        latency: LatencyDoc {
+            all: percentiles(&l.all),
+            remote: percentiles(&l.remote),
+            thread_remote: percentiles(&l.thread_remote),
+        },
+        reclaim: reclaim_doc(p),
+        agent_cpu: cpu_doc(p, remote_faults),
+    }
+}
+
+/// The reclaimer and the reference sampler: what sampling cost (local reactivation faults)
+/// and what it found (pages kept, refaults a longer list would have saved).
+fn reclaim_doc(p: &Pager) -> ReclaimDoc {
+    let r = p.reclaim_counters();
+    let (inactive, target) = p.inactive_pages();
+    let (low, high) = p.watermarks();
+    let (grown, shrunk, (c_local, c_remote)) = p.inactive_sizing();
+    ReclaimDoc {
+        mode: if p.sampling() { "clock" } else { "fifo" }.into(),
+        watermarks_pages: Watermarks {
+            low: low as u64,
+            high: high as u64,
+        },
+        inactive_pages: inactive as u64,
+        inactive_target_pages: target as u64,
+        target_grown: grown,
+        target_shrunk: shrunk,
+        cost_local_fault_us: c_local as f64 / 1e3,
+        cost_remote_fault_us: c_remote as f64 / 1e3,
+        deactivated: ld(&r.deactivated),
+        reactivated: ld(&r.reactivated),
+        workingset_refaults: ld(&r.workingset_refaults),
+        direct_reclaims: ld(&r.direct_reclaims),
+        background_passes: ld(&r.background_passes),
+        background_evicted: ld(&r.background_evicted),
+    }
+}
+
+/// CPU time of the agent's own threads (the TCP client runs on them), in all and per remote
+/// fault.
+fn cpu_doc(p: &Pager, remote_faults: u64) -> AgentCpuDoc {
+    let times = p.cpu_times();
+    let of = |role: Role| {
+        times
+            .iter()
+            .filter(|(r, _)| *r == role)
+            .map(|(_, t)| t.as_secs_f64())
+            .sum::<f64>()
+    };
+    // Faults served by their own threads (faults=signal) run on the JVM's threads: their
+    // service time (wall, an upper bound of its CPU) is the agent's too.
+    let signal = ld(&p.counters().signal_service_ns) as f64 / 1e9;
+    let total = times.iter().map(|(_, t)| t.as_secs_f64()).sum::<f64>() + signal;
+    AgentCpuDoc {
+        fault_handlers_s: of(Role::FaultHandler),
+        reclaimer_s: of(Role::Reclaimer),
+        prefetch_s: of(Role::Prefetcher),
+        probe_s: of(Role::Probe),
+        signal_service_s: signal,
+        total_s: total,
+        per_remote_fault_us: (remote_faults > 0).then(|| total * 1e6 / remote_faults as f64),
+    }
+}
+
+/// Prefetch counters by stream class, with accuracy and coverage; also for all classes.
+fn prefetch_doc(p: &Pager) -> Option<PrefetchDoc> {
+    let pc = p.prefetch_counters()?;
+    let mut by_class = ByClass::<PrefetchClassDoc>::default();
+    let sum = crate::prefetch::ClassCounters::default();
+    let mut demand_all = 0;
+    for class in ThreadClass::ALL {
+        let c = &pc.by_class[class as usize];
+        let demand = ld(&p.counters().faults[class as usize][FaultKind::Remote as usize]);
+        demand_all += demand;
+        for (to, from) in [
+            (&sum.windows, &c.windows),
+            (&sum.pages, &c.pages),
+            (&sum.marker_hits, &c.marker_hits),
+            (&sum.marker_misses, &c.marker_misses),
+            (&sum.hit_pages, &c.hit_pages),
+            (&sum.dropped, &c.dropped),
+            (&sum.dropped_low_reserve, &c.dropped_low_reserve),
+        ] {
+            to.fetch_add(ld(from), Ordering::Relaxed);
+        }
+        *by_class.get_mut(class) = class_doc(c, demand);
+    }
+    Some(PrefetchDoc {
+        policy: p.policy_name().into(),
+        all: class_doc(&sum, demand_all),
+        by_class,
+    })
+}
+
+fn class_doc(c: &crate::prefetch::ClassCounters, demand: u64) -> PrefetchClassDoc {
+    let e = c.effect(demand);
+    PrefetchClassDoc {
+        windows: ld(&c.windows),
+        pages: e.prefetched,
+        marker_hits: ld(&c.marker_hits),
+        marker_misses: ld(&c.marker_misses),
+        hit_pages: e.hits,
+        dropped_windows: ld(&c.dropped),
+        dropped_low_reserve: ld(&c.dropped_low_reserve),
+        demand_faults: demand,
+        accuracy: e.accuracy,
+        coverage: e.coverage,
+    }
+}
+
+/// The JVM process's resident memory from /proc/self/status (bytes): what a cgroup limit
+/// giving the kernel the same memory would be set from.
+fn process_memory() -> ProcessDoc {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|k| k * 1024)
+    };
+    ProcessDoc {
+        peak_rss_bytes: kb("VmHWM:"),
+        rss_bytes: kb("VmRSS:"),
+    }
+}
