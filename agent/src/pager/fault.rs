@@ -1,5 +1,6 @@
-//! The fault handler loop: reads userfaultfd events and serves missing faults (zero fill,
-//! remote fetch, prefetch marker, reactivation of an inactive page) and write-protect faults.
+//! Fault service: missing faults (zero fill, remote fetch, prefetch marker, reactivation of an
+//! inactive page) and write-protect faults, served by the handler loop from userfaultfd events
+//! (`faults=thread`) or by the faulting thread itself from its SIGBUS handler (`signal`).
 //!
 //! A fault claims its page; a handler that finds the page `Busy` (another thread is fetching,
 //! deactivating or mapping it) retries that fault after its batch. Copies map pages without
@@ -170,32 +171,39 @@ impl<'a> Handler<'a> {
         }
     }
 
+    /// A handler thread caches the kinds of the threads it served; a thread serving its own
+    /// fault caches its own, per pager.
+    fn cached_kind(&self, tid: u32) -> Option<ThreadKind> {
+        if self.signal {
+            match KIND.with(Cell::get) {
+                (p, k) if p == self.s as *const Shared as usize => k,
+                _ => None,
+            }
+        } else {
+            self.kinds.get(&tid).copied()
+        }
+    }
+
+    fn cache_kind(&mut self, tid: u32, k: ThreadKind) {
+        if self.signal {
+            KIND.with(|c| c.set((self.s as *const Shared as usize, Some(k))));
+        } else {
+            self.kinds.insert(tid, k);
+        }
+    }
+
     fn class_of(&mut self, tid: u32) -> ThreadClass {
         if tid == self.s.probe_tid.load(Ordering::Relaxed) {
             return ThreadClass::Other;
         }
-        let kind = if self.signal {
-            let me = self.s as *const Shared as usize;
-            match KIND.with(Cell::get) {
-                (p, Some(k)) if p == me => k,
-                _ => {
-                    let k = self.s.classifier.kind_of(tid);
-                    if k != ThreadKind::Unknown {
-                        KIND.with(|c| c.set((me, Some(k))));
-                    }
-                    k
+        let kind = match self.cached_kind(tid) {
+            Some(k) => k,
+            None => {
+                let k = self.s.classifier.kind_of(tid);
+                if k != ThreadKind::Unknown {
+                    self.cache_kind(tid, k);
                 }
-            }
-        } else {
-            match self.kinds.get(&tid) {
-                Some(k) => *k,
-                None => {
-                    let k = self.s.classifier.kind_of(tid);
-                    if k != ThreadKind::Unknown {
-                        self.kinds.insert(tid, k);
-                    }
-                    k
-                }
+                k
             }
         };
         match kind {

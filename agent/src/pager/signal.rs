@@ -160,7 +160,8 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let addr = unsafe { (*info).si_addr() } as usize;
     for s in &REGISTRY {
-        let probe = s.probe.load(Ordering::SeqCst) == addr & !(PAGE_SIZE - 1);
+        let page = s.probe.load(Ordering::SeqCst);
+        let probe = page != 0 && page == addr & !(PAGE_SIZE - 1);
         if !probe && (addr < s.base.load(Ordering::SeqCst) || addr >= s.end.load(Ordering::SeqCst))
         {
             continue;
