@@ -413,14 +413,35 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 let rc = run_config(p, spark_env.is_some());
                 let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
                 let out = launch(&rc, &cmd, true)?;
-                let (checksum, ms) = checked(&out, &what)?;
-                Record {
-                    wall_ms: out.wall.as_secs_f64() * 1e3,
-                    workload_ms: ms,
-                    checksum,
-                    stats: out.stats,
-                    server_cpu_ms: out.server_cpu.map(|t| t.as_secs_f64() * 1e3),
-                    ..blank(p, "ok".into())
+                match checked(&out, &what) {
+                    Ok((checksum, ms)) => Record {
+                        wall_ms: out.wall.as_secs_f64() * 1e3,
+                        workload_ms: ms,
+                        checksum,
+                        stats: out.stats,
+                        server_cpu_ms: out.server_cpu.map(|t| t.as_secs_f64() * 1e3),
+                        ..blank(p, "ok".into())
+                    },
+                    // A JVM that died is a finding: recorded, reported and counted, and the
+                    // matrix goes on (a wrong checksum still stops it, below).
+                    Err(e) => {
+                        bar.suspend(|| eprintln!("memliner: {e}"));
+                        // HotSpot's crash report names the frame on the line after this.
+                        let crash = out
+                            .stdout
+                            .lines()
+                            .skip_while(|l| !l.starts_with("# Problematic frame"))
+                            .nth(1)
+                            .map(|l| l.trim_start_matches('#').trim().to_string());
+                        blank(
+                            p,
+                            format!(
+                                "failed: exit {}{}",
+                                out.exit_code(),
+                                crash.map(|c| format!(" ({c})")).unwrap_or_default()
+                            ),
+                        )
+                    }
                 }
             }
         };

@@ -165,6 +165,10 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         .iter()
         .filter(|r| r.ok() && r.mode != Mode::NoAgent)
         .count();
+    let failed: Vec<&Record> = rs
+        .iter()
+        .filter(|r| r.outcome.starts_with("failed"))
+        .collect();
     let _ = writeln!(md, "# memliner bench\n");
     let _ = writeln!(
         md,
@@ -177,6 +181,26 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         x.elapsed_s / 60.0,
         cfg.command
     );
+    if !failed.is_empty() {
+        let _ = writeln!(
+            md,
+            "**{} runs failed** (left out of every median):\n",
+            failed.len()
+        );
+        for r in &failed {
+            let _ = writeln!(
+                md,
+                "- {} {} {} {}% rep {}: {}",
+                r.workload,
+                r.collector,
+                r.mode.name(),
+                r.local,
+                r.rep,
+                r.outcome
+            );
+        }
+        let _ = writeln!(md);
+    }
     let _ = writeln!(
         md,
         "Modes: **no-agent** (all local), **baseline** (`policy=baseline`: one global prefetch \
