@@ -106,6 +106,50 @@ fn writes_survive_eviction_at_a_tiny_budget() {
     assert!(pager.mincore_resident_pages() <= 16 + 3 + 1);
 }
 
+/// Threads add to words they all share (locked read-modify-writes, as a GC's CAS on a header
+/// or a forwarding pointer) at random pages while the pager evicts: no increment may be lost,
+/// whatever the page was doing (missing, write-protected, being deactivated) when it came.
+#[test]
+fn shared_atomic_increments_survive_eviction() {
+    use std::sync::atomic::AtomicU64;
+    for sampling in [false, true] {
+        let region = Region::new(256);
+        let _pager = start_pager(
+            &region,
+            PagerConfig {
+                budget_pages: 24,
+                fill_ahead: 3,
+                evict_batch: 8,
+                sampling,
+                ..PagerConfig::default()
+            },
+            Box::new(LocalStore::new(1 << 20)),
+            Box::new(AllApp),
+        );
+        const THREADS: u64 = 4;
+        const ADDS: u64 = 20_000;
+        std::thread::scope(|sc| {
+            for t in 0..THREADS {
+                let region = &region;
+                sc.spawn(move || {
+                    let mut seed = 0x2545_f491_4f6c_dd1du64 ^ (t + 1);
+                    for _ in 0..ADDS {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        let p = (seed as usize) % region.pages;
+                        // SAFETY: an aligned word inside the region, only accessed atomically.
+                        let w = unsafe { &*(region.word(p, 1) as *const AtomicU64) };
+                        w.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        let sum: u64 = (0..region.pages).map(|p| region.read(p, 1)).sum();
+        assert_eq!(sum, THREADS * ADDS, "sampling={sampling}: increments lost");
+    }
+}
+
 #[test]
 fn writes_survive_with_several_handler_threads() {
     let region = Region::new(128);
