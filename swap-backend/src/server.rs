@@ -197,13 +197,25 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
         BufReader::with_capacity(256 << 10, stream.try_clone().map_err(|e| e.to_string())?);
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
     let mut payload = Vec::new();
-    let io = |e: std::io::Error| e.to_string();
+    // A client that exits with a reply unread resets the connection (a JVM whose threads
+    // serve their own faults can exit mid-request): that is a close, not an error.
+    let gone = |e: &std::io::Error| {
+        use std::io::ErrorKind::*;
+        matches!(e.kind(), UnexpectedEof | ConnectionReset | BrokenPipe)
+    };
+    let io = |e: std::io::Error| {
+        if gone(&e) {
+            format!("closed by client ({e})")
+        } else {
+            e.to_string()
+        }
+    };
 
     let read = |reader: &mut BufReader<TcpStream>, payload: &mut Vec<u8>| match read_frame(
         reader, payload,
     ) {
         Ok(h) => Ok(Some(h)),
-        Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(FrameError::Io(e)) if gone(&e) => Ok(None),
         Err(e) => Err(e.to_string()),
     };
 
