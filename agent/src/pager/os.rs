@@ -59,6 +59,42 @@ impl std::fmt::Debug for Madvise {
     }
 }
 
+/// Maps one private anonymous page of our own (read-write); the caller owns it.
+pub(super) fn private_page() -> std::io::Result<usize> {
+    // SAFETY: a fresh anonymous private mapping, aliased by nothing.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            PAGE_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p as usize)
+}
+
+/// Lets SIGBUS reach this thread (our threads start with every signal blocked).
+pub(super) fn unblock_sigbus() {
+    // SAFETY: sigset manipulation on a local value; pthread_sigmask changes this thread only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGBUS);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Drops the contents of `len` bytes at `addr` (the next access faults again).
+pub(super) fn discard(addr: usize, len: usize) {
+    // SAFETY: only called on memory the caller owns whose contents it wants gone.
+    unsafe { libc::madvise(addr as *mut _, len, libc::MADV_DONTNEED) };
+}
+
 impl Madvise {
     pub(super) fn probe() -> Madvise {
         // SAFETY: pidfd_open on our own pid; the fd is owned right away.
@@ -69,20 +105,10 @@ impl Madvise {
         // SAFETY: fresh fd owned by nobody else.
         let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
         // Probe on a private page of our own.
-        // SAFETY: anonymous private mapping we own and unmap below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                PAGE_SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
+        let Ok(page) = private_page() else {
             return Madvise::PerRun;
-        }
+        };
+        let p = page as *mut libc::c_void;
         let iov = libc::iovec {
             iov_base: p,
             iov_len: PAGE_SIZE,

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use swap_backend::PAGE_SIZE;
 
 use super::page_table::PageState;
-use super::Shared;
+use super::{os, Shared};
 
 /// Pages looked at, from a pseudo-random start, to find two remote ones.
 const SCAN: usize = 256;
@@ -96,26 +96,8 @@ impl Shared {
     /// Maps and registers the probe's own page (`faults=signal`); SIGBUS is unblocked on
     /// this thread for it.
     fn probe_page(&self) -> std::io::Result<usize> {
-        // SAFETY: a fresh private anonymous page, ours alone; the sigmask change affects only
-        // this thread.
-        let page = unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                PAGE_SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                return Err(std::io::Error::last_os_error());
-            }
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGBUS);
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            p as usize
-        };
+        let page = os::private_page()?;
+        os::unblock_sigbus();
         self.uffd.register(page, PAGE_SIZE)?;
         super::signal::set_probe_page(self, page);
         Ok(page)
@@ -129,8 +111,7 @@ impl Shared {
         // SAFETY: `page` is our own mapped page; a missing page raises SIGBUS, which maps it.
         unsafe { std::ptr::read_volatile(page as *const u8) };
         let ns = t.elapsed().as_nanos() as u64;
-        // SAFETY: drops our own page's contents; the next load faults again.
-        unsafe { libc::madvise(page as *mut _, PAGE_SIZE, libc::MADV_DONTNEED) };
+        os::discard(page, PAGE_SIZE); // the next load faults again
         Some(ns)
     }
 
