@@ -237,8 +237,9 @@ fn start_paging(rt: &Runtime) -> Result<(), String> {
     if pager.delivery() != rt.options.faults {
         log!(
             LogLevel::Warn,
-            "faults=signal is not available here (kernel without UFFD_FEATURE_SIGBUS, or not \
-             x86-64): fault-handler threads serve faults"
+            "faults=signal is not available here (kernel without UFFD_FEATURE_SIGBUS, not \
+             x86-64, or a library such as libjsig keeps another SIGBUS handler in front): \
+             fault-handler threads serve faults"
         );
     }
     let _ = rt.view.set(gc_hooks::HeapView {

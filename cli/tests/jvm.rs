@@ -698,3 +698,49 @@ fn sigterm_to_memliner_run_stops_the_jvm_cleanly_with_the_embedded_server_alive(
         }
     );
 }
+
+/// With libjsig preloaded, HotSpot's SIGBUS handler stays in front of any handler installed
+/// later: the agent must see that and serve faults with handler threads, correctly.
+#[test]
+fn libjsig_keeps_faults_with_handler_threads() {
+    // Every HotSpot JDK ships libjsig next to libjvm's directory.
+    let java = std::path::PathBuf::from(java());
+    let java = if java.is_absolute() {
+        java
+    } else {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|d| d.join(&java))
+            .find(|p| p.is_file())
+            .expect("java on PATH")
+    };
+    let home = std::fs::canonicalize(&java).unwrap();
+    let jsig = home
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("lib/libjsig.so");
+    assert!(jsig.is_file(), "no libjsig.so at {}", jsig.display());
+    let stats = std::env::temp_dir().join(format!("memliner-jsig-{}.json", std::process::id()));
+    let out = memliner()
+        .args(["run", "-q", "--local", "25%", "--stats"])
+        .arg(&stats)
+        .arg("--")
+        .args(command(Workload::Graph, "G1", HEAP))
+        .env("LD_PRELOAD", &jsig)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r = result_of(&stdout);
+    assert_eq!(
+        workloads::field(&r, "checksum"),
+        Some(reference(Workload::Graph).as_str())
+    );
+    assert!(stderr.contains("libjsig"), "{stderr}");
+    let s = StatsDoc::parse(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&stats);
+    assert_eq!(s.pager.as_ref().unwrap().delivery, "thread");
+    assert!(s.faults.remote > 0);
+}

@@ -310,7 +310,11 @@ impl Pager {
         let npages = len / PAGE_SIZE;
         let features =
             uffd::FEATURE_PAGEFAULT_FLAG_WP | uffd::FEATURE_THREAD_ID | uffd::FEATURE_EVENT_UNMAP;
-        let mut by_signal = config.delivery == FaultDelivery::Signal && signal::SUPPORTED;
+        // Signal delivery needs our SIGBUS handler to run first (see `signal`): where it cannot
+        // be installed so (a library interposing sigaction, such as libjsig), handler threads.
+        let mut by_signal = config.delivery == FaultDelivery::Signal
+            && signal::SUPPORTED
+            && signal::install().is_ok();
         let uffd = match by_signal.then(|| Uffd::open(features | uffd::FEATURE_SIGBUS)) {
             Some(Ok(u)) => u,
             // A kernel without SIGBUS delivery: handler threads.
@@ -361,7 +365,6 @@ impl Pager {
         if by_signal {
             // Before the first registration (from then on a fault raises SIGBUS) and before
             // the probe names its page.
-            signal::install()?;
             signal::register(&shared)?;
         }
         // The handlers run before the first registration: a registered range with no handler

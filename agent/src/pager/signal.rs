@@ -68,8 +68,15 @@ thread_local! {
     static SERVING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Installs the SIGBUS handler once per process (replacing, and chaining to, the current one).
-pub(super) fn install() -> std::io::Result<()> {
+/// Installs the SIGBUS handler once per process (replacing, and chaining to, the current one),
+/// and checks that it is the one the kernel will call: a library that interposes sigaction
+/// (libjsig) would keep HotSpot's in front, which takes some heap faults for truncated files.
+pub(super) fn install() -> Result<(), String> {
+    static RESULT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    RESULT.get_or_init(install_once).clone()
+}
+
+fn install_once() -> Result<(), String> {
     let mut result = Ok(());
     INSTALL.call_once(|| {
         // SAFETY: plain sigaction calls on zeroed structs; PREVIOUS is written once, here,
@@ -77,7 +84,7 @@ pub(super) fn install() -> std::io::Result<()> {
         unsafe {
             let mut old: libc::sigaction = std::mem::zeroed();
             if libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut old) != 0 {
-                result = Err(std::io::Error::last_os_error());
+                result = Err(std::io::Error::last_os_error().to_string());
                 return;
             }
             *std::ptr::addr_of_mut!(PREVIOUS) = Some(old);
@@ -88,11 +95,46 @@ pub(super) fn install() -> std::io::Result<()> {
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER;
             libc::sigemptyset(&mut sa.sa_mask);
             if libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut()) != 0 {
-                result = Err(std::io::Error::last_os_error());
+                result = Err(std::io::Error::last_os_error().to_string());
+                return;
+            }
+            // Ask the kernel itself: libjsig answers sigaction from its own table.
+            if kernel_handler(libc::SIGBUS) != Some(on_sigbus as *const () as usize) {
+                result = Err("another SIGBUS handler stays in front of ours (libjsig?)".into());
             }
         }
     });
     result
+}
+
+/// The handler the kernel has for `sig`, bypassing any interposed `sigaction`.
+fn kernel_handler(sig: libc::c_int) -> Option<usize> {
+    /// The kernel's `struct sigaction` on x86-64 (not libc's).
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let mut k = KernelSigaction {
+        handler: 0,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    // SAFETY: rt_sigaction with no new action only writes the old one into `k`, whose layout
+    // and size (8-byte mask) are the kernel's on x86-64.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            std::ptr::null::<KernelSigaction>(),
+            &mut k as *mut KernelSigaction,
+            8usize,
+        )
+    };
+    (rc == 0).then_some(k.handler)
 }
 
 /// Makes `shared`'s region served by signal. The pointer stays valid until `unregister`.
