@@ -206,26 +206,50 @@ fn a_fault_that_finds_the_budget_full_reclaims_itself_and_is_counted() {
     );
 }
 
-/// A store whose background write-backs (the reclaimer's lane) are slow and whose other
-/// writes are not, as when the reclaim connection is queued behind a large batch: a later
-/// write of a page can overtake an earlier one.
-struct SlowReclaimWrites(LocalStore);
-impl PageStore for SlowReclaimWrites {
+/// An in-process store with the costs of a remote one where a test needs them:
+/// - `read_cost`: the work each read takes (a network round trip), so that a remote fault
+///   costs more than a local one, as the inactive list's sizing assumes it can measure (in
+///   process, with faults served by signal, the two cost about the same and the list rightly
+///   shrinks to its floor);
+/// - `reclaim_write_delay`: background write-backs (the reclaimer's lane) are slow and other
+///   writes are not, as when the reclaim connection is queued behind a large batch: a later
+///   write of a page can overtake an earlier one.
+struct ShapedStore {
+    inner: LocalStore,
+    read_cost: Duration,
+    reclaim_write_delay: Duration,
+}
+
+impl ShapedStore {
+    fn new(read_cost: Duration, reclaim_write_delay: Duration) -> Box<ShapedStore> {
+        Box::new(ShapedStore {
+            inner: LocalStore::new(1 << 20),
+            read_cost,
+            reclaim_write_delay,
+        })
+    }
+}
+
+impl PageStore for ShapedStore {
     fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
-        self.0.read_pages(ids, out)
+        let t = std::time::Instant::now();
+        while t.elapsed() < self.read_cost {
+            std::hint::spin_loop();
+        }
+        self.inner.read_pages(ids, out)
     }
     fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
         let sent = data.to_vec();
         if std::thread::current().name() == Some("memliner-reclaim") {
-            std::thread::sleep(Duration::from_millis(3));
+            std::thread::sleep(self.reclaim_write_delay);
         }
-        self.0.write_pages(ids, &sent)
+        self.inner.write_pages(ids, &sent)
     }
     fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
-        self.0.free_pages(ids)
+        self.inner.free_pages(ids)
     }
     fn describe(&self) -> String {
-        "slow-reclaim".into()
+        "shaped".into()
     }
 }
 
@@ -240,7 +264,7 @@ fn no_write_is_lost_when_pages_are_taken_back_and_written_out_again_during_a_wri
         32,
         true,
         2,
-        Box::new(SlowReclaimWrites(LocalStore::new(1 << 20))),
+        ShapedStore::new(Duration::ZERO, Duration::from_millis(3)),
     );
     write_and_check(&region, 4, 20_000);
     let taken = pager
@@ -248,30 +272,6 @@ fn no_write_is_lost_when_pages_are_taken_back_and_written_out_again_during_a_wri
         .reactivated_in_writeback
         .load(Ordering::SeqCst);
     assert!(taken > 0, "no page was taken back during its write-back");
-}
-
-/// A store whose reads cost what a network round trip does (20 µs of work), so that a remote
-/// fault costs more than a local one, as the inactive list's sizing assumes it can measure.
-/// (In process, with faults served by signal, the two cost about the same and the list
-/// rightly shrinks to its floor.)
-struct FarReads(LocalStore);
-impl PageStore for FarReads {
-    fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
-        let t = std::time::Instant::now();
-        while t.elapsed() < Duration::from_micros(20) {
-            std::hint::spin_loop();
-        }
-        self.0.read_pages(ids, out)
-    }
-    fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
-        self.0.write_pages(ids, data)
-    }
-    fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
-        self.0.free_pages(ids)
-    }
-    fn describe(&self) -> String {
-        "far-reads".into()
-    }
 }
 
 /// Touches the hot set, then steps through a cold scan of pages never used again, touching
@@ -284,7 +284,7 @@ fn hot_set_through_a_scan(sampling: bool) -> u64 {
         &region,
         64,
         sampling,
-        Box::new(FarReads(LocalStore::new(1 << 20))),
+        ShapedStore::new(Duration::from_micros(20), Duration::ZERO),
     );
     // Write everything once so that every page lives remotely (the scan then fetches).
     for p in 0..region.pages {

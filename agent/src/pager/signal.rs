@@ -26,7 +26,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Mutex, Once};
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use swap_backend::PAGE_SIZE;
@@ -59,7 +59,6 @@ static REGISTRY: [Slot; SLOTS] = [EMPTY; SLOTS];
 /// Serialises registration (the signal handler only reads).
 static REGISTERING: Mutex<()> = Mutex::new(());
 
-static INSTALL: Once = Once::new();
 /// The SIGBUS action we replaced, as installed (read by the handler to chain).
 static mut PREVIOUS: Option<libc::sigaction> = None;
 
@@ -72,39 +71,36 @@ thread_local! {
 /// and checks that it is the one the kernel will call: a library that interposes sigaction
 /// (libjsig) would keep HotSpot's in front, which takes some heap faults for truncated files.
 pub(super) fn install() -> Result<(), String> {
-    static RESULT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
     RESULT.get_or_init(install_once).clone()
 }
 
+/// Runs once per process (`install`'s OnceLock), before any handler that reads PREVIOUS.
 fn install_once() -> Result<(), String> {
-    let mut result = Ok(());
-    INSTALL.call_once(|| {
-        // SAFETY: plain sigaction calls on zeroed structs; PREVIOUS is written once, here,
-        // before the handler that reads it is installed.
-        unsafe {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut old) != 0 {
-                result = Err(std::io::Error::last_os_error().to_string());
-                return;
-            }
-            *std::ptr::addr_of_mut!(PREVIOUS) = Some(old);
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_sigbus as *const () as usize;
-            // NODEFER: a fault inside the service re-enters and is reported, instead of the
-            // kernel killing the process for a blocked synchronous signal.
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER;
-            libc::sigemptyset(&mut sa.sa_mask);
-            if libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut()) != 0 {
-                result = Err(std::io::Error::last_os_error().to_string());
-                return;
-            }
-            // Ask the kernel itself: libjsig answers sigaction from its own table.
-            if kernel_handler(libc::SIGBUS) != Some(on_sigbus as *const () as usize) {
-                result = Err("another SIGBUS handler stays in front of ours (libjsig?)".into());
-            }
+    let last_error = || std::io::Error::last_os_error().to_string();
+    // SAFETY: plain sigaction calls on zeroed structs; PREVIOUS is written once, here,
+    // before the handler that reads it is installed.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut old) != 0 {
+            return Err(last_error());
         }
-    });
-    result
+        *std::ptr::addr_of_mut!(PREVIOUS) = Some(old);
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigbus as *const () as usize;
+        // NODEFER: a fault inside the service re-enters and is reported, instead of the
+        // kernel killing the process for a blocked synchronous signal.
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut()) != 0 {
+            return Err(last_error());
+        }
+    }
+    // Ask the kernel itself: libjsig answers sigaction from its own table.
+    if kernel_handler(libc::SIGBUS) != Some(on_sigbus as *const () as usize) {
+        return Err("another SIGBUS handler stays in front of ours (libjsig?)".into());
+    }
+    Ok(())
 }
 
 /// The handler the kernel has for `sig`, bypassing any interposed `sigaction`.
