@@ -214,8 +214,10 @@ fn read_only_pages_are_dropped_clean_and_zero_pages_cost_no_store_space() {
         "read-only pages must drop clean"
     );
     assert!(c.evicted_zero.load(Ordering::SeqCst) > 0);
-    // Only the non-zero pages ever needed store space.
-    assert!(store.len() <= 32, "store holds {} pages", store.len());
+    // Only the non-zero pages need store space once evicted: a zero page's copy is freed
+    // when it is evicted. A page zeroed after an earlier eviction and still local (at most
+    // the budget's 8) keeps its older copy until then.
+    assert!(store.len() <= 32 + 8, "store holds {} pages", store.len());
 }
 
 /// A store whose reads fail as `on_read` says; writes and frees succeed.
