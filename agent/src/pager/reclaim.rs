@@ -275,13 +275,28 @@ impl Reclaim {
     }
 
     /// Queues pages cold (the pages of a finished pause); returns how many became cold.
-    pub fn make_cold(&self, pages: &[u32], still_local: impl Fn(usize) -> bool) -> u64 {
+    /// `state` reads a page's state. Mapped pages join the cold queue (deactivated first);
+    /// pages already inactive move to the front of the inactive list, ahead of the
+    /// application's pages deactivated before the pause ended.
+    pub fn make_cold(&self, pages: &[u32], state: impl Fn(usize) -> PageState) -> u64 {
         let mut q = self.queues.lock().unwrap();
         let mut n = 0;
         for &p in pages {
-            if still_local(p as usize) && !self.cold[p as usize].swap(true, Ordering::Relaxed) {
+            let i = p as usize;
+            let s = state(i);
+            if !(s.is_mapped() || s.is_inactive()) || self.cold[i].swap(true, Ordering::Relaxed) {
+                continue;
+            }
+            n += 1;
+            if s.is_mapped() {
                 q.cold.push_back(p);
-                n += 1;
+            } else {
+                // A new deactivation number leaves the old entry stale. Under the queue lock
+                // nobody deactivates or evicts it meanwhile; a page reactivated since `state`
+                // was read is mapped again, which makes this entry stale too.
+                let seq = self.deactivations.fetch_add(1, Ordering::Relaxed);
+                self.deactivation[i].store(seq, Ordering::Relaxed);
+                q.inactive.push_front((p, seq));
             }
         }
         n
@@ -785,10 +800,7 @@ impl Shared {
         let pages = std::mem::take(&mut *self.pause_pages.lock().unwrap());
         // Inactive ones too: they are marked cold like the rest (an application touch then
         // promotes them) and already wait for eviction.
-        let n = self.reclaim.make_cold(&pages, |p| {
-            let s = self.table.get(p);
-            s.is_mapped() || s.is_inactive()
-        });
+        let n = self.reclaim.make_cold(&pages, |p| self.table.get(p));
         self.counters
             .demoted_after_pause
             .fetch_add(n, Ordering::Relaxed);
