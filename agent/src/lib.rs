@@ -12,6 +12,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod heap;
+pub mod hooks;
 pub mod jvmti;
 pub mod maps;
 pub mod model;
@@ -396,6 +397,11 @@ pub unsafe extern "C" fn Agent_OnLoad(
             1
         }
     }
+}
+
+/// The pager, once the heap is paged.
+pub(crate) fn pager() -> Option<&'static Pager> {
+    RUNTIME.get()?.pager.get()
 }
 
 /// The heap view for GC-hook patched JVMs (see gc-hooks); null until the heap is paged.

@@ -203,6 +203,20 @@ pub struct ClassCounters {
 #[derive(Debug, Default)]
 pub struct PrefetchCounters {
     pub by_class: [ClassCounters; crate::model::ThreadClass::COUNT],
+    pub hints: HintCounters,
+}
+
+/// Pages a patched collector asked for ahead of tracing them (gc-hooks).
+#[derive(Debug, Default)]
+pub struct HintCounters {
+    /// Hint calls.
+    pub requests: AtomicU64,
+    /// Pages named in them.
+    pub pages: AtomicU64,
+    /// Of those, pages that were remote and were fetched.
+    pub fetched: AtomicU64,
+    /// Remote pages not fetched: the reserve was low or too many pages were in flight.
+    pub dropped: AtomicU64,
 }
 
 /// The stream a fault belongs to.

@@ -301,3 +301,105 @@ fn pages_a_pause_brought_in_go_cold_when_it_ends() {
     );
     assert_eq!(map[..HOT].iter().filter(|r| **r == 0).count(), HOT);
 }
+
+#[test]
+fn pages_a_patched_collector_hints_are_fetched_cold_before_it_reads_them() {
+    let region = Region::new(1024);
+    let classes = Classes::default();
+    let pager = start(&region, 128, memliner(), classes.clone());
+    for p in 0..region.pages {
+        region.write(p, 0, pattern(p, 0, 1));
+    }
+    pager.settle();
+    // SAFETY: the residency map has one byte per page and lives as long as the pager.
+    let map = unsafe { std::slice::from_raw_parts(pager.residency_map(), region.pages) };
+    // A hint takes the free pages above the low watermark: 16 here (a 128-page budget keeps
+    // 16 to 32 pages free, 32 once settled).
+    let hinted: Vec<usize> = (600..616).filter(|&p| map[p] != 0).collect();
+    assert_eq!(hinted.len(), 16, "the hinted pages start remote");
+    // Object addresses, several per page and out of order, plus one outside the heap.
+    let mut addrs: Vec<usize> = hinted
+        .iter()
+        .rev()
+        .flat_map(|&p| [region.base + p * 4096 + 16, region.base + p * 4096 + 2048])
+        .collect();
+    addrs.push(region.base + region.pages * 4096 + 8);
+    pager.hint(&addrs);
+    let hints = &pager.prefetch_counters().unwrap().hints;
+    // The worker fetches in the background: wait for its count, not for a time.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while hints.fetched.load(Ordering::SeqCst) < 16 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hinted pages not fetched: {hints:?}"
+        );
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        hints.pages.load(Ordering::SeqCst),
+        32,
+        "two addresses on each page"
+    );
+    assert_eq!(hints.dropped.load(Ordering::SeqCst), 0);
+    let remote_before: u64 = ThreadClass::ALL
+        .iter()
+        .map(|&c| {
+            pager.counters().faults[c as usize][FaultKind::Remote as usize].load(Ordering::SeqCst)
+        })
+        .sum();
+    // The collector reads them: local, with the right bytes.
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            classes.become_gc();
+            for &p in &hinted {
+                assert_eq!(region.read(p, 0), pattern(p, 0, 1));
+            }
+        });
+    });
+    let remote_after: u64 = ThreadClass::ALL
+        .iter()
+        .map(|&c| {
+            pager.counters().faults[c as usize][FaultKind::Remote as usize].load(Ordering::SeqCst)
+        })
+        .sum();
+    assert_eq!(
+        remote_after, remote_before,
+        "a hinted page faulted remotely"
+    );
+    // Admitted cold: the application's next pages push them out first.
+    for p in 0..96 {
+        assert_eq!(region.read(p, 0), pattern(p, 0, 1));
+    }
+    pager.settle();
+    assert!(
+        hinted.iter().all(|&p| map[p] != 0),
+        "hinted (cold) pages outlived the application's"
+    );
+    assert!(map[..96].iter().filter(|r| **r == 0).count() >= 64);
+    // A hint larger than the room: the lowest pages are fetched, the rest dropped (counted).
+    let remote: Vec<usize> = (700..764).filter(|&p| map[p] != 0).collect();
+    let (f0, d0) = (
+        hints.fetched.load(Ordering::SeqCst),
+        hints.dropped.load(Ordering::SeqCst),
+    );
+    let addrs: Vec<usize> = remote.iter().map(|&p| region.base + p * 4096).collect();
+    pager.hint(&addrs);
+    let done =
+        || hints.fetched.load(Ordering::SeqCst) - f0 + hints.dropped.load(Ordering::SeqCst) - d0;
+    while done() < remote.len() as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hint neither fetched nor dropped: {hints:?}"
+        );
+        std::thread::yield_now();
+    }
+    assert!(
+        hints.dropped.load(Ordering::SeqCst) > d0,
+        "{} remote pages fit: {hints:?}",
+        remote.len()
+    );
+    assert!(pager.peak_resident_pages() <= 128);
+    for &p in &remote {
+        assert_eq!(region.read(p, 0), pattern(p, 0, 1));
+    }
+}

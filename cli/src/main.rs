@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use memliner_cli::run::{launch, RunConfig};
+use memliner_cli::run::{launch, GcHooks, RunConfig};
 use memliner_cli::{bench, locate, summary, workloads};
 
 #[derive(Parser, Debug)]
@@ -66,6 +66,11 @@ enum Cmd {
         /// read paged-out heap memory).
         #[arg(long)]
         faults: Option<String>,
+        /// GC hooks of a patched JDK (scripts/build-jdk.sh): auto (on under policy memliner
+        /// when the command's java is a patched build; the default), on, or off. The command's
+        /// own -XX:[+-]MemLinerLineUp wins.
+        #[arg(long, value_enum, default_value_t = GcHooks::Auto)]
+        gc_hooks: GcHooks,
         /// Pass the -agentpath argument in this environment variable instead of on the command
         /// line, for launchers that start the JVM themselves (the Spark scripts read
         /// MEMLINER_AGENT_OPTS).
@@ -138,6 +143,16 @@ enum Cmd {
         /// Repetitions (overrides the preset).
         #[arg(long)]
         reps: Option<usize>,
+        /// Java workloads, comma-separated (default graph,kv).
+        #[arg(long, value_delimiter = ',')]
+        workloads: Option<Vec<String>>,
+        /// Local shares in percent, comma-separated (default 100,50,25,13); 100 is always run,
+        /// since every ratio is taken against it.
+        #[arg(long, value_delimiter = ',')]
+        locals: Option<Vec<u32>>,
+        /// Skip the patched JDK's memliner-gc-hooks runs even when target/jdk-memliner exists.
+        #[arg(long)]
+        no_gc_hooks: bool,
         /// Output folder (default benchmarks/results/<timestamp>).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -167,6 +182,7 @@ fn main() -> ExitCode {
             dirty,
             reclaim,
             faults,
+            gc_hooks,
             agent_env,
             quiet,
             command,
@@ -185,6 +201,7 @@ fn main() -> ExitCode {
                 streams,
                 reclaim,
                 faults,
+                gc_hooks,
                 agent_env,
             };
             match launch(&cfg, &command, false) {
@@ -253,6 +270,9 @@ fn main() -> ExitCode {
             from_raw,
             collectors,
             reps,
+            workloads,
+            locals,
+            no_gc_hooks,
             out,
         } => {
             if let Some(raw) = from_raw {
@@ -280,6 +300,30 @@ fn main() -> ExitCode {
             };
             if let Some(r) = reps {
                 cfg.reps = r.max(1);
+            }
+            if let Some(ws) = workloads {
+                let mut picked = Vec::new();
+                for name in ws {
+                    match workloads::Workload::parse(&name) {
+                        Ok(w) => picked.push(bench::BenchWorkload::Java(w)),
+                        Err(e) => return fail(format!("--workloads: {e}")),
+                    }
+                }
+                cfg.workloads = picked;
+            }
+            if let Some(mut ls) = locals {
+                if let Some(bad) = ls.iter().find(|&&l| l == 0 || l > 100) {
+                    return fail(format!("--locals: {bad} is not a share between 1 and 100"));
+                }
+                if !ls.contains(&100) {
+                    ls.push(100);
+                }
+                ls.sort_unstable_by(|a, b| b.cmp(a));
+                ls.dedup();
+                cfg.locals = ls;
+            }
+            if no_gc_hooks {
+                cfg.gc_hooks = false;
             }
             if spark_only {
                 cfg.workloads.clear();

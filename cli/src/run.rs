@@ -31,6 +31,8 @@ pub struct RunConfig {
     pub reclaim: Option<String>,
     /// `faults=` value: `signal` or `thread`.
     pub faults: Option<String>,
+    /// Whether to switch a patched JDK's GC hooks on (`-XX:+MemLinerLineUp`).
+    pub gc_hooks: GcHooks,
     /// Hand the `-agentpath:` argument over in this environment variable instead of putting
     /// it on the command line (for launchers such as spark-submit that start the JVM).
     pub agent_env: Option<String>,
@@ -52,8 +54,61 @@ impl Default for RunConfig {
             streams: None,
             reclaim: None,
             faults: None,
+            gc_hooks: GcHooks::Auto,
             agent_env: None,
         }
+    }
+}
+
+/// The GC hooks of a patched JDK (scripts/build-jdk.sh builds one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GcHooks {
+    /// On under policy memliner when the command's java is a patched build.
+    Auto,
+    /// On (the command's java must be a patched build).
+    On,
+    Off,
+}
+
+/// Whether `program` (a path, or a name looked up on PATH) is a java of a GC-hook patched JDK:
+/// scripts/build-jdk.sh leaves a `memliner-jdk` file in the JDK's home.
+pub fn is_patched_jdk(program: &str) -> bool {
+    let path = if program.contains('/') {
+        Some(PathBuf::from(program))
+    } else {
+        std::env::var_os("PATH").and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(program))
+                .find(|c| c.is_file())
+        })
+    };
+    path.and_then(|p| std::fs::canonicalize(p).ok())
+        .and_then(|p| p.parent()?.parent().map(|h| h.join("memliner-jdk")))
+        .is_some_and(|m| m.is_file())
+}
+
+/// The flag `launch` adds for `cfg`'s GC hooks, if any; an error for hooks asked for on a
+/// stock JDK.
+fn gc_hooks_flag(
+    cfg: &RunConfig,
+    program: &str,
+    args: &[String],
+) -> Result<Option<&'static str>, String> {
+    if args.iter().any(|a| a.contains("MemLinerLineUp")) {
+        return Ok(None); // the command says
+    }
+    let patched = is_patched_jdk(program);
+    match cfg.gc_hooks {
+        GcHooks::Off => Ok(None),
+        GcHooks::On if !patched => Err(format!(
+            "--gc-hooks on needs a GC-hook patched JDK, and {program} is not one (build one with \
+             scripts/build-jdk.sh: target/jdk-memliner/bin/java)"
+        )),
+        GcHooks::On => Ok(Some("-XX:+MemLinerLineUp")),
+        GcHooks::Auto if patched && cfg.agent && cfg.policy == "memliner" => {
+            Ok(Some("-XX:+MemLinerLineUp"))
+        }
+        GcHooks::Auto => Ok(None),
     }
 }
 
@@ -149,6 +204,11 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
     if args.iter().any(|a| a.contains(crate::locate::AGENT_FILE)) {
         return Err("the command already loads the memliner agent; drop its -agentpath".into());
     }
+    let hooks = if cfg.agent_env.is_some() {
+        None // a launcher starts the JVM: its options are the launcher's to set
+    } else {
+        gc_hooks_flag(cfg, program, args)?
+    };
     let mut embedded = None;
     let mut stats_path = None;
     let mut cmd = Command::new(program);
@@ -183,6 +243,7 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
         }
         stats_path = Some(stats);
     }
+    cmd.args(hooks);
     cmd.args(args);
     if capture {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());

@@ -60,6 +60,20 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
             share * 100.0
         ));
     }
+    let h = &stats.gc_hooks;
+    if h.on {
+        out.push(format!(
+            "GC hooks ({}): {} marking cycles, {} objects deferred ({} resident when traced), {} pages hinted ({} fetched, {} dropped)",
+            stats.jdk,
+            h.mark_cycles,
+            h.deferred,
+            h.deferred_resident_share
+                .map_or("–".to_string(), |x| format!("{:.0}%", x * 100.0)),
+            h.hinted_pages,
+            h.hint_pages_fetched,
+            h.hint_pages_dropped
+        ));
+    }
     out.push(format!(
         "remote traffic: {} read, {} written; evictions: {} clean, {} dirty, {} zero; peak resident {} of {} pages",
         format_size(pager.remote.pages_read * 4096),

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use memliner_agent::stats::doc::StatsDoc;
-use memliner_cli::run::{launch, RunConfig, RunOutcome};
+use memliner_cli::run::{launch, GcHooks, RunConfig, RunOutcome};
 use memliner_cli::workloads::{self, Workload};
 use memliner_cli::{locate, summary};
 
@@ -39,8 +39,12 @@ fn workload_args(w: Workload) -> Vec<String> {
 }
 
 fn command(w: Workload, gc: &str, xms: &str) -> Vec<String> {
+    command_for(&java(), w, gc, xms)
+}
+
+fn command_for(java: &str, w: Workload, gc: &str, xms: &str) -> Vec<String> {
     let mut c = vec![
-        java(),
+        java.to_string(),
         format!("-XX:+Use{gc}GC"),
         format!("-Xms{xms}"),
         format!("-Xmx{HEAP}"),
@@ -103,20 +107,26 @@ fn cell(w: Workload, gc: &str, local: u32) {
 }
 
 fn cell_with(w: Workload, gc: &str, local: u32, base: RunConfig) {
+    cell_on(&java(), w, gc, local, base);
+}
+
+/// A matrix cell run by `java`; returns its stats for further checks.
+fn cell_on(java: &str, w: Workload, gc: &str, local: u32, base: RunConfig) -> StatsDoc {
     let what = format!(
-        "{} {gc} {local}% {} {:?} {:?} {:?}",
+        "{java} {} {gc} {local}% {} {:?} {:?} {:?} {:?}",
         w.name(),
         base.policy,
         base.handlers,
         base.dirty,
-        base.faults
+        base.faults,
+        base.gc_hooks
     );
     let policy = base.policy.clone();
     let cfg = RunConfig {
         local: format!("{local}%"),
         ..base
     };
-    let out = launch(&cfg, &command(w, gc, HEAP), true).unwrap();
+    let out = launch(&cfg, &command_for(java, w, gc, HEAP), true).unwrap();
     assert_eq!(
         checked_result(&out, &what),
         reference(w),
@@ -214,6 +224,7 @@ fn cell_with(w: Workload, gc: &str, local: u32, base: RunConfig) {
         assert!(pf.windows > 0, "{what}: nothing prefetched: {pf:?}");
     }
     assert!(!summary::lines(s).is_empty());
+    s.clone()
 }
 
 macro_rules! matrix {
@@ -743,4 +754,156 @@ fn libjsig_keeps_faults_with_handler_threads() {
     let _ = std::fs::remove_file(&stats);
     assert_eq!(s.pager.as_ref().unwrap().delivery, "thread");
     assert!(s.faults.remote > 0);
+}
+
+// ---- The GC-hook patched JDK (scripts/build-jdk.sh) -------------------------------------------
+
+/// The patched JDK's java (target/jdk-memliner). Without one the test is skipped with a note,
+/// unless MEMLINER_REQUIRE_PATCHED_JDK is set, as CI sets it after building the JDK.
+fn patched_java() -> Option<String> {
+    let root = locate::project_root().expect("run from the checkout");
+    let java = root.join("target/jdk-memliner/bin/java");
+    if java.is_file() {
+        return Some(java.display().to_string());
+    }
+    let why = format!(
+        "no patched JDK at {} (scripts/build-jdk.sh builds it)",
+        java.display()
+    );
+    if std::env::var_os("MEMLINER_REQUIRE_PATCHED_JDK").is_some() {
+        panic!("{why}");
+    }
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// A cell on the patched JDK with the hooks on (`memliner run` switches them on for a patched
+/// JDK under policy memliner): correct, and the hook counters consistent.
+fn hooks_cell(w: Workload, gc: &str, local: u32) {
+    let Some(java) = patched_java() else { return };
+    let s = cell_on(&java, w, gc, local, RunConfig::default());
+    let what = format!("{} {gc} {local}% hooks on", w.name());
+    let h = &s.gc_hooks;
+    assert!(
+        s.jdk.contains("memliner gc-hooks"),
+        "{what}: jdk {:?}",
+        s.jdk
+    );
+    // kv's live set stays below G1's marking threshold at this size: G1 never marks it
+    // concurrently (-Xlog:gc shows no remark), so the JVM never looks for the hooks.
+    let marks = !(w == Workload::Kv && gc == "G1");
+    if !marks {
+        assert_eq!(h.mark_cycles, 0, "{what}: {h:?}");
+        return;
+    }
+    assert!(h.on, "{what}: the JVM did not take the hooks: {h:?}");
+    assert!(h.mark_cycles > 0, "{what}: no concurrent mark: {h:?}");
+    assert!(h.deferred_resident <= h.deferred, "{what}: {h:?}");
+    assert!(
+        h.hinted_pages <= h.deferred,
+        "{what}: a deferral hints one page at most: {h:?}"
+    );
+    assert!(
+        h.hint_pages_fetched + h.hint_pages_dropped <= h.hinted_pages,
+        "{what}: {h:?}"
+    );
+    let pf = s.prefetch.as_ref().unwrap();
+    assert!(
+        pf.by_class.gc_concurrent.pages >= h.hint_pages_fetched,
+        "{what}: hinted pages are the concurrent GC's prefetches: {h:?} {pf:?}"
+    );
+    if local == 100 {
+        assert_eq!(h.deferred, 0, "{what}: everything is resident: {h:?}");
+    } else if local == 25 {
+        assert!(
+            h.deferred > 0 && h.hinted_pages > 0 && h.hint_pages_fetched > 0,
+            "{what}: marking met remote pages: {h:?}"
+        );
+    }
+}
+
+macro_rules! hooks_matrix {
+    ($($name:ident: $w:expr, $gc:expr, $local:expr;)*) => {
+        $( #[test] fn $name() { hooks_cell($w, $gc, $local) } )*
+    };
+}
+
+hooks_matrix! {
+    hooks_graph_g1_100: Workload::Graph, "G1", 100;
+    hooks_graph_g1_50: Workload::Graph, "G1", 50;
+    hooks_graph_g1_25: Workload::Graph, "G1", 25;
+    hooks_graph_shenandoah_100: Workload::Graph, "Shenandoah", 100;
+    hooks_graph_shenandoah_50: Workload::Graph, "Shenandoah", 50;
+    hooks_graph_shenandoah_25: Workload::Graph, "Shenandoah", 25;
+    hooks_kv_g1_100: Workload::Kv, "G1", 100;
+    hooks_kv_g1_50: Workload::Kv, "G1", 50;
+    hooks_kv_g1_25: Workload::Kv, "G1", 25;
+    hooks_kv_shenandoah_100: Workload::Kv, "Shenandoah", 100;
+    hooks_kv_shenandoah_50: Workload::Kv, "Shenandoah", 50;
+    hooks_kv_shenandoah_25: Workload::Kv, "Shenandoah", 25;
+}
+
+/// Hooks off on the patched JDK: the JVM tests' cells pass unchanged, and nothing is deferred.
+fn hooks_off_cell(w: Workload, gc: &str, local: u32) {
+    let Some(java) = patched_java() else { return };
+    let cfg = RunConfig {
+        gc_hooks: GcHooks::Off,
+        ..RunConfig::default()
+    };
+    let s = cell_on(&java, w, gc, local, cfg);
+    assert!(!s.gc_hooks.on, "{:?}", s.gc_hooks);
+    assert_eq!(s.gc_hooks.deferred + s.gc_hooks.hinted_pages, 0);
+}
+
+#[test]
+fn patched_jdk_hooks_off_graph_g1_25() {
+    hooks_off_cell(Workload::Graph, "G1", 25);
+}
+
+#[test]
+fn patched_jdk_hooks_off_kv_shenandoah_25() {
+    hooks_off_cell(Workload::Kv, "Shenandoah", 25);
+}
+
+/// -XX:+MemLinerLineUp without the agent: the hooks find no table and stay off; the JVM
+/// computes what a stock one does.
+#[test]
+fn patched_jdk_without_the_agent_runs_like_stock() {
+    let Some(java) = patched_java() else { return };
+    for (w, gc) in [(Workload::Graph, "G1"), (Workload::Kv, "Shenandoah")] {
+        let mut cmd = command_for(&java, w, gc, HEAP);
+        cmd.insert(1, "-XX:+MemLinerLineUp".into());
+        cmd.insert(1, "-Xlog:gc=info".into());
+        let out = launch(
+            &RunConfig {
+                agent: false,
+                ..RunConfig::default()
+            },
+            &cmd,
+            true,
+        )
+        .unwrap();
+        let what = format!("{} {gc} without the agent", w.name());
+        assert_eq!(checked_result(&out, &what), reference(w), "{what}");
+        assert!(
+            out.stdout
+                .contains("MemLinerLineUp: no memliner agent loaded: hooks off"),
+            "{what}: the JVM did not say the hooks are off:\n{}",
+            out.stdout
+        );
+    }
+}
+
+/// `--gc-hooks on` with a stock JDK is a clear error before anything runs.
+#[test]
+fn gc_hooks_on_needs_a_patched_jdk() {
+    let cfg = RunConfig {
+        gc_hooks: GcHooks::On,
+        ..RunConfig::default()
+    };
+    let err = launch(&cfg, &command(Workload::Graph, "G1", HEAP), true).unwrap_err();
+    assert!(
+        err.contains("--gc-hooks on needs a GC-hook patched JDK"),
+        "{err}"
+    );
 }

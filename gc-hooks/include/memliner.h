@@ -1,9 +1,15 @@
 /*
  * memliner.h: the C ABI between the memliner agent (libmemliner_agent.so) and GC-hook patched
- * HotSpot builds. Mirrors gc-hooks/src/lib.rs; the Rust layout test pins these offsets.
+ * HotSpot builds (gc-hooks/hotspot/jdk17). Mirrors gc-hooks/src/lib.rs; the Rust layout test
+ * pins the offsets and names below.
  *
- * A patched collector resolves the symbols with dlsym(RTLD_DEFAULT, ...) once the VM is up
- * (the agent is loaded before VM init); a missing symbol means no agent: the hook is a no-op.
+ * The patched JVM looks up MEMLINER_HOOKS_SYMBOL in each loaded JVMTI agent library (agents
+ * are opened with local symbol scope, so the lookup is by library handle, not RTLD_DEFAULT)
+ * when concurrent marking first starts. No agent, a NULL table or a version other than
+ * MEMLINER_HOOKS_VERSION: the hooks stay off and the JVM behaves exactly like a stock one.
+ *
+ * Threading: every function may be called from any GC worker thread, concurrently, while the
+ * application runs; none blocks on the network or takes a lock the JVM holds.
  */
 #ifndef MEMLINER_H
 #define MEMLINER_H
@@ -11,8 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MEMLINER_ABI_VERSION 1
+#define MEMLINER_ABI_VERSION 2
+#define MEMLINER_HOOKS_VERSION MEMLINER_ABI_VERSION
 
+/* The agent's view of the paged heap, valid from VMInit until the process exits. */
 typedef struct memliner_heap_view {
   uint32_t abi_version;     /* offset 0: MEMLINER_ABI_VERSION */
   uint32_t page_shift;      /* offset 4: log2 of the page size (12) */
@@ -21,7 +29,41 @@ typedef struct memliner_heap_view {
   const uint8_t *residency; /* offset 24: one byte per page, 0 = resident */
 } memliner_heap_view;
 
-/* Returns the heap view, or NULL before the heap is paged (or with policy=off). */
+/* What the patched collector counts; the agent owns the storage and reports it in its stats.
+ * The JVM adds with relaxed atomic increments. */
+typedef struct memliner_hook_counters {
+  uint64_t recorded;          /* offset 0: reference stores recorded by the barrier */
+  uint64_t lined_up;          /* offset 8: objects traced by lining-up workers */
+  uint64_t deferred;          /* offset 16: objects deferred (page not resident) */
+  uint64_t deferred_resident; /* offset 24: of those, resident when traced at last */
+  uint64_t hints;             /* offset 32: pages hinted to the agent */
+  uint64_t mark_cycles;       /* offset 40: concurrent marking cycles with the hooks on */
+} memliner_hook_counters;
+
+/* GC phases the JVM reports. */
+#define MEMLINER_PHASE_MARK_START 1 /* concurrent marking begins */
+#define MEMLINER_PHASE_MARK_END 2   /* concurrent marking finished (or was aborted) */
+
+typedef struct memliner_hooks {
+  uint32_t version; /* offset 0: MEMLINER_HOOKS_VERSION */
+  uint32_t size;    /* offset 4: sizeof(memliner_hooks) */
+  /* offset 8: the heap view, or NULL before the heap is paged (or with policy=off). */
+  const memliner_heap_view *(*heap_view)(void);
+  /* offset 16: the GC will read these addresses soon: fetch their pages for the GC stream
+   * (admitted cold, so they do not displace the application's pages). Never blocks; a hint
+   * the agent cannot take is dropped. */
+  void (*prefetch)(const uintptr_t *addrs, size_t n);
+  /* offset 24: a MEMLINER_PHASE_* event. */
+  void (*gc_phase)(uint32_t phase);
+  /* offset 32: counters the JVM adds to. */
+  memliner_hook_counters *counters;
+} memliner_hooks;
+
+/* Returns the agent's table (never NULL once the agent is loaded). */
+typedef const memliner_hooks *(*memliner_hooks_fn)(void);
+#define MEMLINER_HOOKS_SYMBOL "memliner_hooks"
+
+/* Kept for version 1 readers: returns the heap view directly. */
 typedef const memliner_heap_view *(*memliner_heap_view_fn)(void);
 #define MEMLINER_HEAP_VIEW_SYMBOL "memliner_heap_view"
 

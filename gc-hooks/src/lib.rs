@@ -1,17 +1,65 @@
 //! The C ABI between the memliner agent and GC-hook patched HotSpot builds.
 //!
-//! A patched collector finds the agent's exported symbols with `dlsym` at VM start; without the
-//! agent the hooks are no-ops. This crate holds the types both sides agree on; the matching C
-//! declarations are in `include/memliner.h` and must change together with them (the layout
-//! test below pins the offsets the header promises).
+//! The patched JVM (gc-hooks/hotspot/jdk17) looks up [`HOOKS_SYMBOL`] in the loaded agent
+//! libraries when concurrent marking first starts and checks the table's version; without the
+//! agent, or with another version, its hooks stay off. This crate holds the types both sides
+//! agree on; the matching C declarations are in `include/memliner.h` and must change together
+//! with them (the layout test below pins the offsets the header promises).
 
 #![deny(missing_debug_implementations)]
 
+use std::sync::atomic::AtomicU64;
+
 /// Bumped on any incompatible change of the structures below.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
+
+/// Name of the exported function returning the hooks table (`memliner_hooks`).
+pub const HOOKS_SYMBOL: &str = "memliner_hooks";
 
 /// Name of the exported function returning the heap view (`memliner_heap_view`).
 pub const HEAP_VIEW_SYMBOL: &str = "memliner_heap_view";
+
+/// `gc_phase` events.
+pub const PHASE_MARK_START: u32 = 1;
+pub const PHASE_MARK_END: u32 = 2;
+
+/// What the patched collector counts. The agent owns the storage; the JVM adds with relaxed
+/// atomic increments (`AtomicU64` has the layout of `uint64_t`).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct HookCounters {
+    /// Reference stores recorded by the barrier.
+    pub recorded: AtomicU64,
+    /// Objects traced by lining-up workers.
+    pub lined_up: AtomicU64,
+    /// Objects deferred because their page was not resident (an object deferred again after
+    /// its marking step was aborted counts again).
+    pub deferred: AtomicU64,
+    /// Of those, found resident when traced at last.
+    pub deferred_resident: AtomicU64,
+    /// Pages hinted to the agent.
+    pub hints: AtomicU64,
+    /// Concurrent marking cycles with the hooks on.
+    pub mark_cycles: AtomicU64,
+}
+
+/// The table the agent exports: its version and size first, so that a JVM built against
+/// another version can tell without reading further.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Hooks {
+    pub version: u32,
+    pub size: u32,
+    pub heap_view: extern "C" fn() -> *const HeapView,
+    pub prefetch: extern "C" fn(addrs: *const usize, n: usize),
+    pub gc_phase: extern "C" fn(phase: u32),
+    pub counters: *const HookCounters,
+}
+
+// SAFETY: the table is immutable; `counters` points to atomics that live for the process.
+unsafe impl Sync for Hooks {}
+// SAFETY: as above.
+unsafe impl Send for Hooks {}
 
 /// The agent's view of the paged heap, valid from VMInit until the process exits.
 ///
@@ -62,9 +110,43 @@ mod tests {
         assert_eq!(offset_of!(HeapView, base), 8);
         assert_eq!(offset_of!(HeapView, pages), 16);
         assert_eq!(offset_of!(HeapView, residency), 24);
+        assert_eq!(offset_of!(Hooks, version), 0);
+        assert_eq!(offset_of!(Hooks, size), 4);
+        assert_eq!(offset_of!(Hooks, heap_view), 8);
+        assert_eq!(offset_of!(Hooks, prefetch), 16);
+        assert_eq!(offset_of!(Hooks, gc_phase), 24);
+        assert_eq!(offset_of!(Hooks, counters), 32);
+        assert_eq!(std::mem::size_of::<Hooks>(), 40);
+        let counters = [
+            (offset_of!(HookCounters, recorded), "recorded"),
+            (offset_of!(HookCounters, lined_up), "lined_up"),
+            (offset_of!(HookCounters, deferred), "deferred"),
+            (
+                offset_of!(HookCounters, deferred_resident),
+                "deferred_resident",
+            ),
+            (offset_of!(HookCounters, hints), "hints"),
+            (offset_of!(HookCounters, mark_cycles), "mark_cycles"),
+        ];
         let header = include_str!("../include/memliner.h");
+        for (offset, name) in counters {
+            // e.g. "uint64_t hints; /* offset 32:" (aligned with spaces in the header)
+            let line = header
+                .lines()
+                .find(|l| l.contains(&format!(" {name};")))
+                .unwrap_or_else(|| panic!("memliner.h has no counter {name}"));
+            assert!(
+                line.contains(&format!("/* offset {offset}:")),
+                "memliner.h puts {name} elsewhere than offset {offset}: {line}"
+            );
+        }
         assert!(header.contains(&format!("#define MEMLINER_ABI_VERSION {ABI_VERSION}")));
-        assert!(header.contains(HEAP_VIEW_SYMBOL));
+        assert!(header.contains(&format!(
+            "#define MEMLINER_PHASE_MARK_START {PHASE_MARK_START}"
+        )));
+        assert!(header.contains(&format!("#define MEMLINER_PHASE_MARK_END {PHASE_MARK_END}")));
+        assert!(header.contains(&format!("\"{HOOKS_SYMBOL}\"")));
+        assert!(header.contains(&format!("\"{HEAP_VIEW_SYMBOL}\"")));
     }
 
     #[test]

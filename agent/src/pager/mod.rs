@@ -486,6 +486,19 @@ impl Pager {
         self.shared.pauses_ended.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// A patched collector will trace objects at `addrs` soon (gc-hooks): their remote pages
+    /// are fetched in the background. Addresses outside the heap are ignored. Never blocks.
+    pub fn hint(&self, addrs: &[usize]) {
+        let (base, npages) = (self.shared.base, self.shared.npages);
+        let mut pages: Vec<u32> = addrs
+            .iter()
+            .filter_map(|&a| a.checked_sub(base).map(|off| off / PAGE_SIZE))
+            .filter(|&p| p < npages)
+            .map(|p| p as u32)
+            .collect();
+        self.shared.prefetch_hint(&mut pages);
+    }
+
     /// The residency map: `npages` bytes, 0 = local. Valid while the pager lives.
     pub fn residency_map(&self) -> *const u8 {
         self.shared.table.residency_ptr()

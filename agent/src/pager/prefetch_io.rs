@@ -27,10 +27,11 @@ use crate::policy::Source;
 use crate::prefetch::{PrefetchCounters, StreamKey, Streams};
 use crate::uffd::CopyOutcome;
 
-/// A window to fetch: pages in stream order.
+/// A window to fetch: pages in stream order. A window of a stream keeps a marker; a GC hint
+/// (`stream: None`) maps all its pages, since the collector reads them whatever happens.
 struct Job {
     pages: Vec<u32>,
-    stream: StreamKey,
+    stream: Option<StreamKey>,
     class: ThreadClass,
 }
 
@@ -150,8 +151,54 @@ impl Shared {
         }
         pf.jobs.push(Job {
             pages,
-            stream: key,
+            stream: Some(key),
             class,
+        });
+        pf.wake_workers();
+    }
+
+    /// A patched collector will trace objects on `pages` soon: fetches the remote ones for
+    /// the concurrent GC's stream (admitted as the policy admits GC prefetches: cold under
+    /// `memliner`). Called on GC worker threads: it never blocks and never reclaims. A hint
+    /// takes the free pages above the reclaimer's low watermark, lowest addresses first;
+    /// pages beyond that room, or beyond the in-flight cap, are dropped (counted) and the
+    /// collector faults them itself. (Taking half the reserve instead woke the reclaimer,
+    /// whose first victims were the hinted pages themselves: the newest cold pages when
+    /// nothing older was cold.)
+    pub(super) fn prefetch_hint(&self, pages: &mut Vec<u32>) {
+        let Some(pf) = &self.prefetch else { return };
+        let h = &pf.counters.hints;
+        h.requests.fetch_add(1, Ordering::Relaxed);
+        h.pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
+        pages.sort_unstable();
+        pages.dedup();
+        pages.retain(|&q| {
+            (q as usize) < self.npages && self.table.get(q as usize) == PageState::Remote
+        });
+        if pages.is_empty() {
+            return;
+        }
+        // Lowest addresses first: the collector traces its deferred objects in that order.
+        let room = self.free_pages().saturating_sub(self.reclaim.low);
+        if room < pages.len() {
+            h.dropped
+                .fetch_add((pages.len() - room) as u64, Ordering::Relaxed);
+            pages.truncate(room);
+            self.reclaim.wake();
+        }
+        let n = pages.len();
+        if n == 0 {
+            return;
+        }
+        if pf.inflight.fetch_add(n, Ordering::SeqCst) + n > pf.max_inflight {
+            pf.inflight.fetch_sub(n, Ordering::SeqCst);
+            h.dropped.fetch_add(n as u64, Ordering::Relaxed);
+            return;
+        }
+        pf.jobs.push(Job {
+            pages: std::mem::take(pages),
+            stream: None,
+            class: ThreadClass::GcConcurrent,
         });
         pf.wake_workers();
     }
@@ -202,18 +249,39 @@ impl Shared {
         }
         // Prefetched pages never take the reserve that demand faults are served from.
         let limit = self.config.budget_pages.saturating_sub(self.reclaim.low);
-        if !claims.iter_mut().all(|c| c.try_charge(limit)) {
+        let mut charged = 0;
+        for c in claims.iter_mut() {
+            if !c.try_charge(limit) {
+                break;
+            }
+            charged += 1;
+        }
+        if charged < claims.len() {
             // Faults took the reserve meanwhile: give the pages back (dropping the claims
-            // restores them and their charges).
-            pf.counters.by_class[job.class as usize]
-                .dropped_low_reserve
-                .fetch_add(1, Ordering::Relaxed);
+            // restores them and their charges). A hint keeps the pages that fit.
             self.reclaim.wake();
-            return;
+            if job.stream.is_none() && charged > 0 {
+                pf.counters
+                    .hints
+                    .dropped
+                    .fetch_add((claims.len() - charged) as u64, Ordering::Relaxed);
+                claims.truncate(charged);
+            } else {
+                if job.stream.is_none() {
+                    pf.counters
+                        .hints
+                        .dropped
+                        .fetch_add(claims.len() as u64, Ordering::Relaxed);
+                }
+                pf.counters.by_class[job.class as usize]
+                    .dropped_low_reserve
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
+            }
         }
         // The marker is the middle of the window in stream order: reached, it says the
         // stream got halfway, with half a window left to hide the next window's fetch.
-        let marker = claims[claims.len() / 2].page();
+        let marker = job.stream.map(|_| claims[claims.len() / 2].page());
         claims.sort_unstable_by_key(|c| c.page());
         let pages: Vec<usize> = claims.iter().map(|c| c.page()).collect();
         let ids: Vec<u64> = pages.iter().map(|&p| p as u64).collect();
@@ -246,14 +314,14 @@ impl Shared {
         // Map runs of neighbouring pages (the marker excluded) with one ioctl each.
         let mut claims = claims.into_iter().enumerate().peekable();
         while let Some((i, c)) = claims.next() {
-            if c.page() == marker {
+            if Some(c.page()) == marker {
                 marker_claim = Some((i, c));
                 continue;
             }
             let mut run = vec![c];
             while let Some((_, next)) = claims.peek() {
                 let last = run.last().unwrap().page();
-                if next.page() != last + 1 || next.page() == marker {
+                if next.page() != last + 1 || Some(next.page()) == marker {
                     break;
                 }
                 run.push(claims.next().unwrap().1);
@@ -290,6 +358,18 @@ impl Shared {
                 }
             }
         }
+        let c = &pf.counters.by_class[job.class as usize];
+        let (Some(marker), Some(stream)) = (marker, job.stream) else {
+            // A hint: every page mapped, none kept back.
+            pf.counters
+                .hints
+                .fetched
+                .fetch_add(mapped as u64, Ordering::Relaxed);
+            c.pages.fetch_add(mapped as u64, Ordering::Relaxed);
+            self.note_tracked_pages(protect, job.class, mapped);
+            self.table.note_peak();
+            return;
+        };
         let (mi, mc) = marker_claim.expect("the marker is one of the claimed pages");
         let data: Box<[u8]> = buf[mi * PAGE_SIZE..(mi + 1) * PAGE_SIZE].into();
         let evicted = {
@@ -298,7 +378,7 @@ impl Shared {
                 marker as u32,
                 Marker {
                     data,
-                    stream: job.stream,
+                    stream,
                     class: job.class,
                     window: (pages.len() - gone) as u32,
                 },
@@ -327,16 +407,20 @@ impl Shared {
                 .fetch_add(1, Ordering::Relaxed);
             pf.streams.lock().unwrap().on_wasted(stream, page);
         }
-        if protect {
-            // tracks_dirty counted one page; the window mapped `mapped` (and a marker).
-            for _ in 1..mapped {
-                self.config.policy.note_tracked(job.class);
-            }
-        }
-        let c = &pf.counters.by_class[job.class as usize];
+        self.note_tracked_pages(protect, job.class, mapped);
         c.windows.fetch_add(1, Ordering::Relaxed);
         c.pages.fetch_add((mapped + 1) as u64, Ordering::Relaxed);
         self.table.note_peak();
+    }
+
+    /// `tracks_dirty` counted one page of a window that mapped `mapped` pages write-protected
+    /// (a stream's window: and a marker).
+    fn note_tracked_pages(&self, protect: bool, class: ThreadClass, mapped: usize) {
+        if protect {
+            for _ in 1..mapped {
+                self.config.policy.note_tracked(class);
+            }
+        }
     }
 
     /// Maps a run of prefetched pages from `data` in one ioctl; `false` if it did not map

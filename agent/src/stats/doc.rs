@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::ThreadClass;
 
 /// Version of the document's layout; bumped when a field changes meaning.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -23,7 +23,40 @@ pub struct StatsDoc {
     pub faults: FaultsDoc,
     pub prefetch: Option<PrefetchDoc>,
     pub gc: GcDoc,
+    /// What a GC-hook patched JVM's collector did (all zero on a stock JVM).
+    pub gc_hooks: GcHooksDoc,
+    /// The JDK: the patched build's version and patch hash, or the `release` file's runtime
+    /// version; empty when unknown.
+    pub jdk: String,
     pub process: ProcessDoc,
+}
+
+/// The counters of a GC-hook patched collector (`-XX:+MemLinerLineUp`) and the agent's side of
+/// its prefetch hints.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GcHooksDoc {
+    /// The JVM took the agent's hooks table (patched JVM with `-XX:+MemLinerLineUp`).
+    pub on: bool,
+    pub mark_cycles: u64,
+    /// Time inside concurrent marking, summed over cycles.
+    pub marking_ms: f64,
+    /// Reference stores the recorder barrier recorded.
+    pub recorded: u64,
+    /// Objects the lining-up workers traced.
+    pub lined_up: u64,
+    /// Objects deferred because their page was not resident.
+    pub deferred: u64,
+    /// Of those, found resident when traced at last (the hint arrived in time).
+    pub deferred_resident: u64,
+    /// deferred_resident / deferred.
+    pub deferred_resident_share: Option<f64>,
+    /// Pages the JVM hinted.
+    pub hinted_pages: u64,
+    /// Of those, pages that were remote and were fetched for the GC.
+    pub hint_pages_fetched: u64,
+    /// Remote hinted pages not fetched (reserve low, too many in flight).
+    pub hint_pages_dropped: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -431,6 +464,8 @@ impl StatsDoc {
                 pause_total_ms: 12.0,
                 pause_max_ms: 6.0,
             },
+            gc_hooks: GcHooksDoc::default(),
+            jdk: "17.0.19+10-1~deb12u2".into(),
             process: ProcessDoc {
                 peak_rss_bytes: Some(200 << 20),
                 rss_bytes: Some(190 << 20),

@@ -54,6 +54,9 @@ pub enum Mode {
     MemlinerInProcess,
     /// `policy=memliner` with `faults=thread`: handler threads instead of self-service faults.
     MemlinerThreadFaults,
+    /// `policy=memliner` on the GC-hook patched JDK with `-XX:+MemLinerLineUp` (G1 and
+    /// Shenandoah; planned when target/jdk-memliner exists).
+    MemlinerGcHooks,
 }
 
 impl Mode {
@@ -69,6 +72,7 @@ impl Mode {
             Mode::MemlinerClock => "memliner-reclaim-clock",
             Mode::MemlinerInProcess => "memliner-in-process",
             Mode::MemlinerThreadFaults => "memliner-faults-thread",
+            Mode::MemlinerGcHooks => "memliner-gc-hooks",
         }
     }
 }
@@ -106,6 +110,8 @@ pub struct BenchConfig {
     pub tcp_mib: usize,
     /// The command line that produced the report, for the report.
     pub command: String,
+    /// Add `memliner-gc-hooks` runs on the patched JDK (G1, Shenandoah).
+    pub gc_hooks: bool,
 }
 
 impl BenchConfig {
@@ -122,6 +128,7 @@ impl BenchConfig {
             out,
             tcp_mib: 64,
             command: "memliner bench --quick".into(),
+            gc_hooks: patched_java().is_some(),
         }
     }
 
@@ -137,6 +144,7 @@ impl BenchConfig {
             out,
             tcp_mib: 256,
             command: "memliner bench".into(),
+            gc_hooks: patched_java().is_some(),
         }
     }
 }
@@ -198,6 +206,17 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 
 /// The JVM command line of a Java workload, its live set scaled with the heap (the defaults
 /// are sized for 64 MiB).
+/// The GC-hook patched JDK's java, when scripts/build-jdk.sh has built it.
+pub fn patched_java() -> Option<PathBuf> {
+    let java = crate::locate::project_root()
+        .ok()?
+        .join("target/jdk-memliner/bin/java");
+    java.is_file().then_some(java)
+}
+
+/// Collectors the GC hooks patch.
+pub const HOOKED_COLLECTORS: [&str; 2] = ["G1", "Shenandoah"];
+
 pub fn java_command(classes: &Path, w: Workload, collector: &str, heap_mb: u64) -> Vec<String> {
     let mut cmd: Vec<String> = vec![
         crate::locate::java().display().to_string(),
@@ -294,11 +313,13 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                 for &local in &locals {
                     // Alternate which policy goes first, so that neither always runs on a
                     // machine the other just warmed or disturbed.
-                    let order = if rep % 2 == 0 {
-                        [Mode::Baseline, Mode::Memliner]
-                    } else {
-                        [Mode::Memliner, Mode::Baseline]
-                    };
+                    // With the patched JDK (G1, Shenandoah) the hooked run joins the rotation.
+                    let mut order = vec![Mode::Baseline, Mode::Memliner];
+                    if cfg.gc_hooks && java && HOOKED_COLLECTORS.contains(&c.as_str()) {
+                        order.push(Mode::MemlinerGcHooks);
+                    }
+                    let k = order.len();
+                    order.rotate_left(rep % k);
                     for m in order {
                         if !cfg.kernel_only || (m == Mode::Memliner && local == 100) {
                             out.push(p(m, local));
@@ -567,6 +588,7 @@ pub fn rerender(raw: &Path, out: PathBuf) -> Result<PathBuf, String> {
         out,
         tcp_mib: doc["tcp"]["mib"].as_u64().unwrap_or(0) as usize,
         command: doc["command"].as_str().unwrap_or("?").to_string(),
+        gc_hooks: records.iter().any(|r| r.mode == Mode::MemlinerGcHooks),
     };
     let extras = report::Extras {
         tcp_write_gbs: doc["tcp"]["write_gbs"].as_f64().unwrap_or(f64::NAN),
@@ -620,6 +642,10 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
             faults: Some("thread".into()),
             ..base
         },
+        Mode::MemlinerGcHooks => RunConfig {
+            gc_hooks: crate::run::GcHooks::On,
+            ..base
+        },
         Mode::Memliner => base,
     }
 }
@@ -631,7 +657,16 @@ fn command_for(
     p: &Planned,
 ) -> Result<Vec<String>, String> {
     match &p.workload {
-        BenchWorkload::Java(w) => Ok(java_command(classes, *w, &p.collector, heap_mb)),
+        BenchWorkload::Java(w) => {
+            let mut cmd = java_command(classes, *w, &p.collector, heap_mb);
+            if p.mode == Mode::MemlinerGcHooks {
+                cmd[0] = patched_java()
+                    .ok_or("memliner-gc-hooks needs target/jdk-memliner (scripts/build-jdk.sh)")?
+                    .display()
+                    .to_string();
+            }
+            Ok(cmd)
+        }
         BenchWorkload::Spark(job) => Ok(spark_env
             .ok_or("spark workloads need the spark environment")?
             .command(*job, &p.collector)),

@@ -1,0 +1,150 @@
+//! The table a GC-hook patched JVM takes from the agent (gc-hooks, `memliner.h`): the heap
+//! view, the prefetch hint, GC phase events and the counters the JVM adds to.
+//!
+//! The JVM calls these from its GC worker threads while the application runs: nothing here
+//! blocks or panics across the boundary.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use gc_hooks::{HookCounters, Hooks, ABI_VERSION, PHASE_MARK_END, PHASE_MARK_START};
+
+static COUNTERS: HookCounters = HookCounters {
+    recorded: AtomicU64::new(0),
+    lined_up: AtomicU64::new(0),
+    deferred: AtomicU64::new(0),
+    deferred_resident: AtomicU64::new(0),
+    hints: AtomicU64::new(0),
+    mark_cycles: AtomicU64::new(0),
+};
+
+static TABLE: Hooks = Hooks {
+    version: ABI_VERSION,
+    size: std::mem::size_of::<Hooks>() as u32,
+    heap_view: crate::memliner_heap_view,
+    prefetch,
+    gc_phase,
+    counters: &COUNTERS,
+};
+
+/// Whether a JVM took the table (it looks when concurrent marking first starts).
+static TAKEN: AtomicBool = AtomicBool::new(false);
+
+struct Marking {
+    started: Option<Instant>,
+    total_ns: u64,
+}
+
+static MARKING: Mutex<Marking> = Mutex::new(Marking {
+    started: None,
+    total_ns: 0,
+});
+
+/// The table for patched JVMs; never null.
+#[no_mangle]
+pub extern "C" fn memliner_hooks() -> *const Hooks {
+    TAKEN.store(true, Ordering::Relaxed);
+    &TABLE
+}
+
+extern "C" fn prefetch(addrs: *const usize, n: usize) {
+    if addrs.is_null() || n == 0 {
+        return;
+    }
+    // SAFETY: the JVM passes `n` addresses it owns for the duration of the call.
+    let addrs = unsafe { std::slice::from_raw_parts(addrs, n) };
+    // A hint is never worth a crash: a panic drops it.
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(p) = crate::pager() {
+            p.hint(addrs);
+        }
+    });
+}
+
+extern "C" fn gc_phase(phase: u32) {
+    let Ok(mut m) = MARKING.lock() else { return };
+    match phase {
+        PHASE_MARK_START => m.started = Some(Instant::now()),
+        PHASE_MARK_END => {
+            if let Some(t) = m.started.take() {
+                m.total_ns += t.elapsed().as_nanos() as u64;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// What the hooks did, for the stats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HookFigures {
+    pub taken: bool,
+    pub mark_cycles: u64,
+    pub marking_ns: u64,
+    pub recorded: u64,
+    pub lined_up: u64,
+    pub deferred: u64,
+    pub deferred_resident: u64,
+    pub hints: u64,
+}
+
+pub fn figures() -> HookFigures {
+    let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let marking_ns = MARKING.lock().map(|m| m.total_ns).unwrap_or(0);
+    HookFigures {
+        taken: TAKEN.load(Ordering::Relaxed),
+        mark_cycles: ld(&COUNTERS.mark_cycles),
+        marking_ns,
+        recorded: ld(&COUNTERS.recorded),
+        lined_up: ld(&COUNTERS.lined_up),
+        deferred: ld(&COUNTERS.deferred),
+        deferred_resident: ld(&COUNTERS.deferred_resident),
+        hints: ld(&COUNTERS.hints),
+    }
+}
+
+/// The JDK this agent runs in: the patched build's marker (written by scripts/build-jdk.sh)
+/// or the `release` file's runtime version; empty when neither is found.
+pub fn jdk() -> String {
+    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+        return String::new();
+    };
+    let Some(home) = exe.parent().and_then(|bin| bin.parent()) else {
+        return String::new();
+    };
+    if let Ok(m) = std::fs::read_to_string(home.join("memliner-jdk")) {
+        return format!("{} (memliner gc-hooks)", m.trim());
+    }
+    std::fs::read_to_string(home.join("release"))
+        .ok()
+        .and_then(|r| {
+            r.lines()
+                .find_map(|l| l.strip_prefix("JAVA_RUNTIME_VERSION="))
+                .map(|v| v.trim_matches('"').to_string())
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_speaks_this_version_and_counts_into_the_agent() {
+        // SAFETY: memliner_hooks never returns null and the table is static.
+        let t = unsafe { &*memliner_hooks() };
+        assert_eq!(t.version, ABI_VERSION);
+        assert_eq!(t.size as usize, std::mem::size_of::<Hooks>());
+        // SAFETY: counters points to the static counters.
+        let c = unsafe { &*t.counters };
+        c.deferred.fetch_add(3, Ordering::Relaxed);
+        assert!(figures().deferred >= 3);
+        assert!(figures().taken);
+        // Without a pager a hint is dropped, never a crash.
+        (t.prefetch)([0x1000usize, 0x2000].as_ptr(), 2);
+        (t.prefetch)(std::ptr::null(), 5);
+        (t.gc_phase)(PHASE_MARK_START);
+        (t.gc_phase)(PHASE_MARK_END);
+        (t.gc_phase)(99);
+    }
+}
