@@ -93,11 +93,13 @@ if [ ! -f "$pristine/.complete" ]; then
   dpkg-source --no-check -x "$src"/openjdk-17_*.dsc "$pristine" >/dev/null
   touch "$pristine/.complete"
 fi
+# The series applied to pristine copies of the files it touches, in a scratch tree.
+scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
+patched_files | while read -r f; do
+  if [ -e "$pristine/$f" ]; then mkdir -p "$scratch/$(dirname "$f")"; cp -p "$pristine/$f" "$scratch/$f"; fi
+done
+apply_series "$scratch"
 if $check_only; then
-  t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
-  mkdir -p "$t/src/hotspot"
-  patched_files | while read -r f; do [ -e "$pristine/$f" ] && { mkdir -p "$t/$(dirname "$f")"; cp -p "$pristine/$f" "$t/$f"; }; done
-  apply_series "$t"
   exit 0
 fi
 
@@ -121,16 +123,18 @@ if [ ! -f "$built" ]; then
     say "copying the source tree"
     mkdir -p "$(dirname "$work")"; cp -a "$pristine" "$work"
   fi
-  # Undo the previous series: restore every file it (or this one) touches, then apply.
+  # Bring the work tree to pristine + this series, writing only the files that differ (the
+  # others keep their times, so make recompiles only what changed).
   { [ -f "$work/.memliner-files" ] && cat "$work/.memliner-files"; patched_files; } | sort -u | while read -r f; do
-    if [ -e "$pristine/$f" ]; then
+    if [ -e "$scratch/$f" ]; then
+      cmp -s "$scratch/$f" "$work/$f" || { mkdir -p "$work/$(dirname "$f")"; cp "$scratch/$f" "$work/$f"; }
+    elif [ -e "$pristine/$f" ]; then
       cmp -s "$pristine/$f" "$work/$f" || cp -p "$pristine/$f" "$work/$f"
     else
       rm -f "$work/$f"
     fi
   done
   patched_files >"$work/.memliner-files"
-  apply_series "$work"
   boot=$(dirname "$(dirname "$(readlink -f "$(command -v javac)")")")
   export CCACHE_DIR=$cache/ccache CCACHE_SLOPPINESS=time_macros,include_file_mtime,include_file_ctime CCACHE_MAXSIZE=4G
   if [ ! -f "$work/build/memliner/spec.gmk" ]; then
@@ -155,7 +159,7 @@ fi
 
 # --- assemble the JDK -------------------------------------------------------------------------
 say "assembling $out"
-t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
+t=$(mktemp -d); trap 'rm -rf "$t" "$scratch"' EXIT
 for deb in "$src"/openjdk-17-jre-headless_*.deb "$src"/openjdk-17-jdk-headless_*.deb; do
   dpkg-deb -x "$deb" "$t"
 done

@@ -706,6 +706,62 @@ pub fn csv(rs: &[Record]) -> String {
     out
 }
 
+/// The patched JDK's rows: stock JDK under both policies against the patched one with the
+/// hooks on, measured in the same interleaving, with the figures that explain the difference.
+fn gc_hooks_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
+    if !rs.iter().any(|r| r.mode == Mode::MemlinerGcHooks) {
+        return;
+    }
+    let _ = writeln!(md, "\n## MemLiner's GC hooks: the patched JDK (medians)\n");
+    let _ = writeln!(
+        md,
+        "`memliner-gc-hooks`: policy memliner on target/jdk-memliner with `-XX:+MemLinerLineUp` \
+         (concurrent marking defers objects on non-resident pages, hints their pages, traces \
+         them in address order). Baseline and memliner ran on the stock JDK, interleaved with it.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| workload | collector | local | x all-local: baseline / memliner / hooks | hooks vs baseline | hooks vs memliner | GC share of remote: memliner / hooks | app demand faults: memliner / hooks | objects deferred | found resident when traced | hinted pages fetched / dropped |\n|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    let hooks = |r: &Record, f: fn(&GcHooksDoc) -> f64| r.stat(|d| Some(f(&d.gc_hooks)));
+    for (w, c, l) in paged_cells(cfg, rs) {
+        let h = cell(rs, &w, &c, Mode::MemlinerGcHooks, l);
+        if h.is_empty() {
+            continue;
+        }
+        let n = med(&cell(rs, &w, &c, Mode::NoAgent, 100), wall);
+        let b = cell(rs, &w, &c, Mode::Baseline, l);
+        let m = cell(rs, &w, &c, Mode::Memliner, l);
+        let (bw, mw, hw) = (med(&b, wall), med(&m, wall), med(&h, wall));
+        let app = |cl: &[&Record]| {
+            fmt(
+                med(cl, |r| {
+                    r.stat(|d| Some(d.faults.by_class.application.remote as f64))
+                }),
+                0,
+            )
+        };
+        let share = |cl: &[&Record]| pct(med(cl, |r| r.stat(|d| d.faults.gc_share_of_remote)));
+        let _ = writeln!(
+            md,
+            "| {w} | {c} | {l}% | {} / {} / {} | {}x | {}x | {} / {} | {} / {} | {} | {} | {} / {} |",
+            fmt(bw / n, 2),
+            fmt(mw / n, 2),
+            fmt(hw / n, 2),
+            fmt(bw / hw, 2),
+            fmt(mw / hw, 2),
+            share(&m),
+            share(&h),
+            app(&m),
+            app(&h),
+            fmt(med(&h, |r| hooks(r, |g| g.deferred as f64)), 0),
+            pct(med(&h, |r| r.stat(|d| d.gc_hooks.deferred_resident_share))),
+            fmt(med(&h, |r| hooks(r, |g| g.hint_pages_fetched as f64)), 0),
+            fmt(med(&h, |r| hooks(r, |g| g.hint_pages_dropped as f64)), 0),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -769,62 +825,6 @@ mod tests {
         assert!(
             md.contains("| graph | G1 | 5000 / 6000 | 1000 / 1600 | 600 | 400 | 9 |"),
             "{md}"
-        );
-    }
-}
-
-/// The patched JDK's rows: stock JDK under both policies against the patched one with the
-/// hooks on, measured in the same interleaving, with the figures that explain the difference.
-fn gc_hooks_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
-    if !rs.iter().any(|r| r.mode == Mode::MemlinerGcHooks) {
-        return;
-    }
-    let _ = writeln!(md, "\n## MemLiner's GC hooks: the patched JDK (medians)\n");
-    let _ = writeln!(
-        md,
-        "`memliner-gc-hooks`: policy memliner on target/jdk-memliner with `-XX:+MemLinerLineUp` \
-         (concurrent marking defers objects on non-resident pages, hints their pages, traces \
-         them in address order). Baseline and memliner ran on the stock JDK, interleaved with it.\n"
-    );
-    let _ = writeln!(
-        md,
-        "| workload | collector | local | x all-local: baseline / memliner / hooks | hooks vs baseline | hooks vs memliner | GC share of remote: memliner / hooks | app demand faults: memliner / hooks | objects deferred | found resident when traced | hinted pages fetched / dropped |\n|---|---|---|---|---|---|---|---|---|---|---|"
-    );
-    let hooks = |r: &Record, f: fn(&GcHooksDoc) -> f64| r.stat(|d| Some(f(&d.gc_hooks)));
-    for (w, c, l) in paged_cells(cfg, rs) {
-        let h = cell(rs, &w, &c, Mode::MemlinerGcHooks, l);
-        if h.is_empty() {
-            continue;
-        }
-        let n = med(&cell(rs, &w, &c, Mode::NoAgent, 100), wall);
-        let b = cell(rs, &w, &c, Mode::Baseline, l);
-        let m = cell(rs, &w, &c, Mode::Memliner, l);
-        let (bw, mw, hw) = (med(&b, wall), med(&m, wall), med(&h, wall));
-        let app = |cl: &[&Record]| {
-            fmt(
-                med(cl, |r| {
-                    r.stat(|d| Some(d.faults.by_class.application.remote as f64))
-                }),
-                0,
-            )
-        };
-        let share = |cl: &[&Record]| pct(med(cl, |r| r.stat(|d| d.faults.gc_share_of_remote)));
-        let _ = writeln!(
-            md,
-            "| {w} | {c} | {l}% | {} / {} / {} | {}x | {}x | {} / {} | {} / {} | {} | {} | {} / {} |",
-            fmt(bw / n, 2),
-            fmt(mw / n, 2),
-            fmt(hw / n, 2),
-            fmt(bw / hw, 2),
-            fmt(mw / hw, 2),
-            share(&m),
-            share(&h),
-            app(&m),
-            app(&h),
-            fmt(med(&h, |r| hooks(r, |g| g.deferred as f64)), 0),
-            pct(med(&h, |r| r.stat(|d| d.gc_hooks.deferred_resident_share))),
-            fmt(med(&h, |r| hooks(r, |g| g.hint_pages_fetched as f64)), 0),
-            fmt(med(&h, |r| hooks(r, |g| g.hint_pages_dropped as f64)), 0),
         );
     }
 }
