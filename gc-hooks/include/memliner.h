@@ -26,7 +26,8 @@ typedef struct memliner_heap_view {
   uint32_t page_shift;      /* offset 4: log2 of the page size (12) */
   uintptr_t base;           /* offset 8: first byte of the paged heap */
   size_t pages;             /* offset 16: pages in the residency map */
-  const uint8_t *residency; /* offset 24: one byte per page, 0 = resident */
+  const uint8_t *residency; /* offset 24: one byte per page: 1 = remote (a touch fetches
+                               it over the network), 0 = a touch is served locally */
 } memliner_heap_view;
 
 /* What the patched collector counts; the agent owns the storage and reports it in its stats.

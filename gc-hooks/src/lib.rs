@@ -63,10 +63,10 @@ unsafe impl Send for Hooks {}
 
 /// The agent's view of the paged heap, valid from VMInit until the process exits.
 ///
-/// `residency[i] == 0` means heap page `i` (at `base + (i << page_shift)`) is resident: a GC
-/// tracer may read it without a fault. Any other value means a touch would fault (and likely
-/// fetch the page over the network). Plain byte loads are enough: the map is a hint, never a
-/// guarantee, since the pager may evict right after the load.
+/// `residency[i] == 0` means a touch of heap page `i` (at `base + (i << page_shift)`) is served
+/// locally (the page is mapped, kept in a local slot, or never touched: a zero fill). Any other
+/// value means the page is remote: a touch fetches it over the network. Plain byte loads are
+/// enough: the map is a hint, never a guarantee, since the pager may evict right after the load.
 #[repr(C)]
 #[derive(Debug)]
 pub struct HeapView {

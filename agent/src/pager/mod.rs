@@ -499,7 +499,8 @@ impl Pager {
         self.shared.prefetch_hint(&mut pages);
     }
 
-    /// The residency map: `npages` bytes, 0 = local. Valid while the pager lives.
+    /// The residency map: `npages` bytes, 1 = remote (a touch fetches the page from the
+    /// store), 0 = anything a touch serves locally. Valid while the pager lives.
     pub fn residency_map(&self) -> *const u8 {
         self.shared.table.residency_ptr()
     }

@@ -75,7 +75,8 @@ impl PageState {
 /// The states and the charge count. Indexes are page numbers within the region.
 pub struct PageTable {
     state: Box<[AtomicU8]>,
-    /// One byte per page, 0 = its bytes are local (mapped, inactive or a marker): the GC
+    /// One byte per page, 1 = remote (a touch fetches it from the store), 0 = a touch is
+    /// served locally (mapped, inactive, a marker, or never touched: a zero fill): the GC
     /// hooks' view (see gc-hooks).
     residency: Box<[AtomicU8]>,
     /// The store holds a copy (current while the page is Clean, Remote, Cached or
@@ -104,7 +105,7 @@ impl PageTable {
             state: (0..npages)
                 .map(|_| AtomicU8::new(PageState::Untouched as u8))
                 .collect(),
-            residency: (0..npages).map(|_| AtomicU8::new(1)).collect(),
+            residency: (0..npages).map(|_| AtomicU8::new(0)).collect(),
             stored: (0..npages).map(|_| AtomicBool::new(false)).collect(),
             charged: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
@@ -266,7 +267,9 @@ impl Claim<'_> {
             }
             self.charged = local;
         }
-        t.residency[self.page].store(u8::from(!local), Ordering::Release);
+        // Remote only: a touch of any other page is served locally (an untouched page is a
+        // zero fill; an inactive, cached or written-back page keeps its bytes here).
+        t.residency[self.page].store(u8::from(to == PageState::Remote), Ordering::Release);
         t.state[self.page].store(to as u8, Ordering::SeqCst);
     }
 }
