@@ -227,9 +227,10 @@ fn cell_on(java: &str, w: Workload, gc: &str, local: u32, base: RunConfig) -> St
     s.clone()
 }
 
-macro_rules! matrix {
-    ($($name:ident: $w:expr, $gc:expr, $local:expr;)*) => {
-        $( #[test] fn $name() { cell($w, $gc, $local) } )*
+/// One test per cell, each calling `$cell(workload, collector, local)`.
+macro_rules! cells {
+    ($cell:ident { $($name:ident: $w:expr, $gc:expr, $local:expr;)* }) => {
+        $( #[test] fn $name() { $cell($w, $gc, $local) } )*
     };
 }
 
@@ -246,22 +247,16 @@ fn baseline_cell(w: Workload, gc: &str, local: u32) {
     )
 }
 
-macro_rules! baseline_matrix {
-    ($($name:ident: $w:expr, $gc:expr, $local:expr;)*) => {
-        $( #[test] fn $name() { baseline_cell($w, $gc, $local) } )*
-    };
-}
-
-baseline_matrix! {
+cells!(baseline_cell {
     graph_g1_25_baseline: Workload::Graph, "G1", 25;
     graph_parallel_25_baseline: Workload::Graph, "Parallel", 25;
     graph_shenandoah_25_baseline: Workload::Graph, "Shenandoah", 25;
     kv_g1_25_baseline: Workload::Kv, "G1", 25;
     kv_parallel_25_baseline: Workload::Kv, "Parallel", 25;
     kv_shenandoah_25_baseline: Workload::Kv, "Shenandoah", 25;
-}
+});
 
-matrix! {
+cells!(cell {
     graph_g1_100: Workload::Graph, "G1", 100;
     graph_g1_50: Workload::Graph, "G1", 50;
     graph_g1_25: Workload::Graph, "G1", 25;
@@ -280,7 +275,7 @@ matrix! {
     kv_shenandoah_100: Workload::Kv, "Shenandoah", 100;
     kv_shenandoah_50: Workload::Kv, "Shenandoah", 50;
     kv_shenandoah_25: Workload::Kv, "Shenandoah", 25;
-}
+});
 
 #[test]
 fn two_handler_threads() {
@@ -301,15 +296,10 @@ fn thread_faults_cell(w: Workload, gc: &str, local: u32) {
     cell_with(w, gc, local, cfg);
 }
 
-#[test]
-fn graph_g1_25_faults_thread() {
-    thread_faults_cell(Workload::Graph, "G1", 25);
-}
-
-#[test]
-fn kv_shenandoah_25_faults_thread() {
-    thread_faults_cell(Workload::Kv, "Shenandoah", 25);
-}
+cells!(thread_faults_cell {
+    graph_g1_25_faults_thread: Workload::Graph, "G1", 25;
+    kv_shenandoah_25_faults_thread: Workload::Kv, "Shenandoah", 25;
+});
 
 /// Reading a truncated mapped file raises a SIGBUS outside the heap: it must still reach
 /// HotSpot (an InternalError for the program) while the pager serves its own SIGBUS faults.
@@ -822,13 +812,7 @@ fn hooks_cell(w: Workload, gc: &str, local: u32) {
     }
 }
 
-macro_rules! hooks_matrix {
-    ($($name:ident: $w:expr, $gc:expr, $local:expr;)*) => {
-        $( #[test] fn $name() { hooks_cell($w, $gc, $local) } )*
-    };
-}
-
-hooks_matrix! {
+cells!(hooks_cell {
     hooks_graph_g1_100: Workload::Graph, "G1", 100;
     hooks_graph_g1_50: Workload::Graph, "G1", 50;
     hooks_graph_g1_25: Workload::Graph, "G1", 25;
@@ -841,7 +825,7 @@ hooks_matrix! {
     hooks_kv_shenandoah_100: Workload::Kv, "Shenandoah", 100;
     hooks_kv_shenandoah_50: Workload::Kv, "Shenandoah", 50;
     hooks_kv_shenandoah_25: Workload::Kv, "Shenandoah", 25;
-}
+});
 
 /// Hooks off on the patched JDK: the JVM tests' cells pass unchanged, and nothing is deferred.
 fn hooks_off_cell(w: Workload, gc: &str, local: u32) {
@@ -855,15 +839,10 @@ fn hooks_off_cell(w: Workload, gc: &str, local: u32) {
     assert_eq!(s.gc_hooks.deferred + s.gc_hooks.hinted_pages, 0);
 }
 
-#[test]
-fn patched_jdk_hooks_off_graph_g1_25() {
-    hooks_off_cell(Workload::Graph, "G1", 25);
-}
-
-#[test]
-fn patched_jdk_hooks_off_kv_shenandoah_25() {
-    hooks_off_cell(Workload::Kv, "Shenandoah", 25);
-}
+cells!(hooks_off_cell {
+    patched_jdk_hooks_off_graph_g1_25: Workload::Graph, "G1", 25;
+    patched_jdk_hooks_off_kv_shenandoah_25: Workload::Kv, "Shenandoah", 25;
+});
 
 /// -XX:+MemLinerLineUp without the agent: the hooks find no table and stay off; the JVM
 /// computes what a stock one does.
