@@ -886,3 +886,85 @@ fn gc_hooks_on_needs_a_patched_jdk() {
         "{err}"
     );
 }
+
+/// Full collections (System.gc) while concurrent marking holds deferred objects: G1 aborts its
+/// cycle (the buffer is forgotten with the queues), Shenandoah cancels it (the buffer goes back
+/// to the queues for the degenerated or full cycle). Every node's value and link must survive,
+/// checked by the program against arrays that recorded what was written.
+#[test]
+fn full_gcs_during_marking_with_deferred_objects() {
+    let Some(java) = patched_java() else { return };
+    for (gc, flags) in [
+        (
+            "G1",
+            &[
+                "-XX:InitiatingHeapOccupancyPercent=5",
+                "-XX:-G1UseAdaptiveIHOP",
+            ][..],
+        ),
+        ("Shenandoah", &["-XX:-ExplicitGCInvokesConcurrent"][..]),
+    ] {
+        let mut cmd = vec![java.clone(), format!("-XX:+Use{gc}GC")];
+        cmd.extend(flags.iter().map(|f| f.to_string()));
+        cmd.extend(
+            [
+                "-Xms32m",
+                "-Xmx32m",
+                "-Xlog:gc",
+                "-cp",
+                &classes().display().to_string(),
+                "memliner.checks.FullGcDuringMarking",
+                "300000",
+                "3",
+            ]
+            .map(String::from),
+        );
+        let cfg = RunConfig {
+            local: "25%".into(),
+            ..RunConfig::default()
+        };
+        let out = launch(&cfg, &cmd, true).unwrap();
+        let what = format!("{gc}: full GCs during marking");
+        let r = result_of(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{what}: {}\n{}",
+            out.status,
+            out.stderr
+        );
+        assert_eq!(
+            workloads::field(&r, "verified"),
+            Some("true"),
+            "{what}: {}",
+            out.stdout
+        );
+        let h = &out.stats.as_ref().expect("stats").gc_hooks;
+        assert!(h.on && h.deferred > 0, "{what}: {h:?}");
+        assert!(
+            out.stdout.contains("Pause Full"),
+            "{what}: no full GC:\n{}",
+            out.stdout
+        );
+        if gc == "G1" {
+            assert!(
+                full_gc_inside_a_mark_cycle(&out.stdout),
+                "{what}: no full GC landed inside a marking cycle:\n{}",
+                out.stdout
+            );
+        }
+    }
+}
+
+/// Whether a `Pause Full` line falls between a G1 `Concurrent Mark Cycle` start line and the
+/// cycle's end line (`-Xlog:gc`).
+fn full_gc_inside_a_mark_cycle(log: &str) -> bool {
+    let mut open = false;
+    for l in log.lines() {
+        if l.contains("Concurrent Mark Cycle") {
+            open = !l.trim_end().ends_with("ms");
+        } else if open && l.contains("Pause Full") {
+            return true;
+        }
+    }
+    false
+}
