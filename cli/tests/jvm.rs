@@ -788,13 +788,17 @@ fn hooks_cell(w: Workload, gc: &str, local: u32) {
     }
     assert!(h.on, "{what}: the JVM did not take the hooks: {h:?}");
     assert!(h.mark_cycles > 0, "{what}: no concurrent mark: {h:?}");
+    // The JVM adds its counts as each batch of hints goes out, and the stats are read at VM
+    // death while marking may still run: a few batches (32 pages each, MemLinerHintBatch) may
+    // be counted on one side only.
+    let slack = 32 * 8;
     assert!(h.deferred_resident <= h.deferred, "{what}: {h:?}");
     assert!(
-        h.hinted_pages <= h.deferred,
+        h.hinted_pages <= h.deferred + slack,
         "{what}: a deferral hints one page at most: {h:?}"
     );
     assert!(
-        h.hint_pages_fetched + h.hint_pages_dropped <= h.hinted_pages,
+        h.hint_pages_fetched + h.hint_pages_dropped <= h.hinted_pages + slack,
         "{what}: {h:?}"
     );
     let pf = s.prefetch.as_ref().unwrap();
