@@ -944,18 +944,21 @@ fn full_gcs_during_marking_with_deferred_objects() {
         );
         let h = &out.stats.as_ref().expect("stats").gc_hooks;
         assert!(h.on && h.deferred > 0, "{what}: {h:?}");
+        let interrupted = if gc == "G1" {
+            full_gc_inside_a_mark_cycle(&out.stdout)
+        } else {
+            // A cancelled cycle: System.gc's full GC, or an allocation failure that
+            // degenerates the cycle (and may upgrade it to a full one).
+            out.stdout.lines().any(|l| {
+                (l.contains("Cancelling GC:") && !l.contains("Stopping VM"))
+                    || l.contains("Pause Full")
+            })
+        };
         assert!(
-            out.stdout.contains("Pause Full"),
-            "{what}: no full GC:\n{}",
+            interrupted,
+            "{what}: no collection interrupted marking:\n{}",
             out.stdout
         );
-        if gc == "G1" {
-            assert!(
-                full_gc_inside_a_mark_cycle(&out.stdout),
-                "{what}: no full GC landed inside a marking cycle:\n{}",
-                out.stdout
-            );
-        }
     }
 }
 
