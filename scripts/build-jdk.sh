@@ -149,7 +149,20 @@ if [ ! -f "$built" ]; then
   fi
   say "building HotSpot with $jobs jobs (cold: 15-35 minutes; warm with ccache: a few)"
   start=$(date +%s)
-  (cd "$work" && make CONF=memliner JOBS="$jobs" hotspot >"$cache/make.log" 2>&1) ||
+  stamp=$cache/make.stamp; : >"$stamp"
+  objs=$work/build/memliner/hotspot/variant-server/libjvm/objs
+  (cd "$work" && make CONF=memliner JOBS="$jobs" hotspot >"$cache/make.log" 2>&1) &
+  make_pid=$!
+  # Progress once a minute: objects compiled since the start, of those make said it would build.
+  while kill -0 "$make_pid" 2>/dev/null; do
+    sleep 5
+    if [ $(( ($(date +%s) - start) % 60 )) -lt 5 ]; then
+      total=$(grep -oE '(from|due to) [0-9]+ file' "$cache/make.log" | tail -1 | grep -oE '[0-9]+' || true)
+      done_n=$(find "$objs" -name '*.o' -newer "$stamp" 2>/dev/null | wc -l)
+      say "  compiled $done_n of ${total:-?} files ($(( ($(date +%s) - start) / 60 )) min)"
+    fi
+  done
+  wait "$make_pid" ||
     { grep -E "error|Error" "$cache/make.log" | head -30 >&2; die "make hotspot failed (log: $cache/make.log)"; }
   say "HotSpot built in $(( $(date +%s) - start )) s"
   lib=$(find "$work/build/memliner" -path '*/hotspot/variant-server/libjvm/objs/libjvm.so' -o -path '*/support/modules_libs/java.base/server/libjvm.so' | head -1)
