@@ -4,11 +4,14 @@
 //! The JVM calls these from its GC worker threads while the application runs: nothing here
 //! blocks or panics across the boundary.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
 use gc_hooks::{HookCounters, Hooks, ABI_VERSION, PHASE_MARK_END, PHASE_MARK_START};
+
+use crate::prefetch::HintCounters;
+use crate::stats::doc::GcHooksDoc;
 
 static COUNTERS: HookCounters = HookCounters {
     recorded: AtomicU64::new(0),
@@ -28,9 +31,6 @@ static TABLE: Hooks = Hooks {
     counters: &COUNTERS,
 };
 
-/// Whether a JVM took the table (it looks when concurrent marking first starts).
-static TAKEN: AtomicBool = AtomicBool::new(false);
-
 struct Marking {
     started: Option<Instant>,
     total_ns: u64,
@@ -44,7 +44,6 @@ static MARKING: Mutex<Marking> = Mutex::new(Marking {
 /// The table for patched JVMs; never null.
 #[no_mangle]
 pub extern "C" fn memliner_hooks() -> *const Hooks {
-    TAKEN.store(true, Ordering::Relaxed);
     &TABLE
 }
 
@@ -75,31 +74,27 @@ extern "C" fn gc_phase(phase: u32) {
     }
 }
 
-/// What the hooks did, for the stats.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HookFigures {
-    pub taken: bool,
-    pub mark_cycles: u64,
-    pub marking_ns: u64,
-    pub recorded: u64,
-    pub lined_up: u64,
-    pub deferred: u64,
-    pub deferred_resident: u64,
-    pub hints: u64,
-}
-
-pub fn figures() -> HookFigures {
+/// What the hooks did, for the stats, with the agent's side of the hints (`None` without
+/// prefetching). The JVM counts a marking cycle only once it has taken the table: a cycle
+/// counted means the hooks were on.
+pub fn doc(hints: Option<&HintCounters>) -> GcHooksDoc {
     let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let marking_ns = MARKING.lock().map(|m| m.total_ns).unwrap_or(0);
-    HookFigures {
-        taken: TAKEN.load(Ordering::Relaxed),
-        mark_cycles: ld(&COUNTERS.mark_cycles),
-        marking_ns,
-        recorded: ld(&COUNTERS.recorded),
-        lined_up: ld(&COUNTERS.lined_up),
-        deferred: ld(&COUNTERS.deferred),
-        deferred_resident: ld(&COUNTERS.deferred_resident),
-        hints: ld(&COUNTERS.hints),
+    let hint = |f: fn(&HintCounters) -> &AtomicU64| hints.map_or(0, |h| ld(f(h)));
+    let c = &COUNTERS;
+    let deferred = ld(&c.deferred);
+    let deferred_resident = ld(&c.deferred_resident);
+    GcHooksDoc {
+        on: ld(&c.mark_cycles) > 0,
+        mark_cycles: ld(&c.mark_cycles),
+        marking_ms: MARKING.lock().map_or(0.0, |m| m.total_ns as f64 / 1e6),
+        recorded: ld(&c.recorded),
+        lined_up: ld(&c.lined_up),
+        deferred,
+        deferred_resident,
+        deferred_resident_share: (deferred > 0).then(|| deferred_resident as f64 / deferred as f64),
+        hinted_pages: ld(&c.hints),
+        hint_pages_fetched: hint(|h| &h.fetched),
+        hint_pages_dropped: hint(|h| &h.dropped),
     }
 }
 
@@ -138,8 +133,11 @@ mod tests {
         // SAFETY: counters points to the static counters.
         let c = unsafe { &*t.counters };
         c.deferred.fetch_add(3, Ordering::Relaxed);
-        assert!(figures().deferred >= 3);
-        assert!(figures().taken);
+        assert!(doc(None).deferred >= 3);
+        assert!(
+            std::ptr::eq(memliner_hooks(), t),
+            "one table for every caller"
+        );
         // Without a pager a hint is dropped, never a crash.
         (t.prefetch)([0x1000usize, 0x2000].as_ptr(), 2);
         (t.prefetch)(std::ptr::null(), 5);

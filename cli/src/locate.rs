@@ -56,6 +56,12 @@ pub fn project_root() -> Result<PathBuf, String> {
     )
 }
 
+/// The GC-hook patched JDK's java, when scripts/build-jdk.sh has built it into the checkout.
+pub fn patched_java() -> Option<PathBuf> {
+    let java = project_root().ok()?.join("target/jdk-memliner/bin/java");
+    java.is_file().then_some(java)
+}
+
 /// A `java` executable: `$JAVA_HOME/bin/java`, else `java` on the PATH.
 pub fn java() -> PathBuf {
     match std::env::var_os("JAVA_HOME") {

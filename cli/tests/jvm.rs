@@ -744,15 +744,10 @@ fn libjsig_keeps_faults_with_handler_threads() {
 /// The patched JDK's java (target/jdk-memliner). Without one the test is skipped with a note,
 /// unless MEMLINER_REQUIRE_PATCHED_JDK is set, as CI sets it after building the JDK.
 fn patched_java() -> Option<String> {
-    let root = locate::project_root().expect("run from the checkout");
-    let java = root.join("target/jdk-memliner/bin/java");
-    if java.is_file() {
+    if let Some(java) = locate::patched_java() {
         return Some(java.display().to_string());
     }
-    let why = format!(
-        "no patched JDK at {} (scripts/build-jdk.sh builds it)",
-        java.display()
-    );
+    let why = "no patched JDK at target/jdk-memliner (scripts/build-jdk.sh builds it)";
     if std::env::var_os("MEMLINER_REQUIRE_PATCHED_JDK").is_some() {
         panic!("{why}");
     }

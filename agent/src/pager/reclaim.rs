@@ -370,12 +370,24 @@ impl Shared {
     /// made now (an unread event is changing the mm, or every charged page is in flight
     /// elsewhere); the caller drops its claims and retries the fault after reading events.
     pub(super) fn charge(&self, c: &mut Claim<'_>) -> bool {
+        self.charge_reclaiming(c, true)
+    }
+
+    /// `charge` for a page no fault waits on (the prefetch worker's GC hints): its reclaim is
+    /// not a direct-reclaim stall.
+    pub(super) fn charge_off_fault_path(&self, c: &mut Claim<'_>) -> bool {
+        self.charge_reclaiming(c, false)
+    }
+
+    fn charge_reclaiming(&self, c: &mut Claim<'_>, on_fault_path: bool) -> bool {
         let budget = self.config.budget_pages;
         let charged = c.try_charge(budget) || {
-            self.reclaim
-                .counters
-                .direct_reclaims
-                .fetch_add(1, Ordering::Relaxed);
+            if on_fault_path {
+                self.reclaim
+                    .counters
+                    .direct_reclaims
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             matches!(self.reclaim_until(1), Evicted::Pages(_)) && c.try_charge(budget)
         };
         if self.table.charged() + self.reclaim.low > budget {

@@ -94,29 +94,9 @@ pub fn document(
         prefetch: pager.and_then(prefetch_doc),
         faults,
         gc: gc.doc(),
-        gc_hooks: gc_hooks_doc(pager),
+        gc_hooks: crate::hooks::doc(pager.and_then(|p| p.prefetch_counters()).map(|c| &c.hints)),
         jdk: crate::hooks::jdk(),
         process: process_memory(),
-    }
-}
-
-fn gc_hooks_doc(pager: Option<&Pager>) -> GcHooksDoc {
-    let f = crate::hooks::figures();
-    let hints = pager.and_then(|p| p.prefetch_counters()).map(|c| &c.hints);
-    let ld = |a: Option<&AtomicU64>| a.map_or(0, |a| a.load(Ordering::Relaxed));
-    GcHooksDoc {
-        on: f.taken && f.mark_cycles > 0,
-        mark_cycles: f.mark_cycles,
-        marking_ms: f.marking_ns as f64 / 1e6,
-        recorded: f.recorded,
-        lined_up: f.lined_up,
-        deferred: f.deferred,
-        deferred_resident: f.deferred_resident,
-        deferred_resident_share: (f.deferred > 0)
-            .then(|| f.deferred_resident as f64 / f.deferred as f64),
-        hinted_pages: f.hints,
-        hint_pages_fetched: ld(hints.map(|h| &h.fetched)),
-        hint_pages_dropped: ld(hints.map(|h| &h.dropped)),
     }
 }
 

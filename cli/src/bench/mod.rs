@@ -128,7 +128,7 @@ impl BenchConfig {
             out,
             tcp_mib: 64,
             command: "memliner bench --quick".into(),
-            gc_hooks: patched_java().is_some(),
+            gc_hooks: crate::locate::patched_java().is_some(),
         }
     }
 
@@ -144,7 +144,7 @@ impl BenchConfig {
             out,
             tcp_mib: 256,
             command: "memliner bench".into(),
-            gc_hooks: patched_java().is_some(),
+            gc_hooks: crate::locate::patched_java().is_some(),
         }
     }
 }
@@ -204,19 +204,11 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// The JVM command line of a Java workload, its live set scaled with the heap (the defaults
-/// are sized for 64 MiB).
-/// The GC-hook patched JDK's java, when scripts/build-jdk.sh has built it.
-pub fn patched_java() -> Option<PathBuf> {
-    let java = crate::locate::project_root()
-        .ok()?
-        .join("target/jdk-memliner/bin/java");
-    java.is_file().then_some(java)
-}
-
 /// Collectors the GC hooks patch.
 pub const HOOKED_COLLECTORS: [&str; 2] = ["G1", "Shenandoah"];
 
+/// The JVM command line of a Java workload, its live set scaled with the heap (the defaults
+/// are sized for 64 MiB).
 pub fn java_command(classes: &Path, w: Workload, collector: &str, heap_mb: u64) -> Vec<String> {
     let mut cmd: Vec<String> = vec![
         crate::locate::java().display().to_string(),
@@ -660,7 +652,7 @@ fn command_for(
         BenchWorkload::Java(w) => {
             let mut cmd = java_command(classes, *w, &p.collector, heap_mb);
             if p.mode == Mode::MemlinerGcHooks {
-                cmd[0] = patched_java()
+                cmd[0] = crate::locate::patched_java()
                     .ok_or("memliner-gc-hooks needs target/jdk-memliner (scripts/build-jdk.sh)")?
                     .display()
                     .to_string();
