@@ -767,11 +767,12 @@ fn hooks_cell(w: Workload, gc: &str, local: u32) {
         "{what}: jdk {:?}",
         s.jdk
     );
-    // kv's live set stays below G1's marking threshold at this size: G1 never marks it
-    // concurrently (-Xlog:gc shows no remark), so the JVM never looks for the hooks.
-    let marks = !(w == Workload::Kv && gc == "G1");
-    if !marks {
-        assert_eq!(h.mark_cycles, 0, "{what}: {h:?}");
+    // kv's live set sits near G1's adaptive marking threshold at this size: most runs never
+    // mark concurrently (the JVM then never looks for the hooks), some mark once (CI saw one).
+    // Either is correct; the counters are checked whenever a cycle ran.
+    let may_skip_marking = w == Workload::Kv && gc == "G1";
+    if may_skip_marking && h.mark_cycles == 0 {
+        eprintln!("{what}: G1 did not mark concurrently in this run; hook counters not checked");
         return;
     }
     assert!(h.on, "{what}: the JVM did not take the hooks: {h:?}");
