@@ -1,6 +1,6 @@
 """Spark jobs for `memliner bench --spark`, in local mode on the driver JVM.
 
-    spark-job.py pagerank|groupby [--collector G1] [--heap 512m] [--scale N]
+    spark-job.py pagerank|groupby [--collector G1] [--heap 512m] [--scale N] [--jvm-flag F]...
 
 The memliner agent, when wanted, comes in the MEMLINER_AGENT_OPTS environment variable (an
 -agentpath: argument) and goes to the driver JVM through spark.driver.extraJavaOptions.
@@ -17,6 +17,7 @@ def session(args):
     from pyspark.sql import SparkSession
 
     java_opts = [f"-XX:+Use{args.collector}GC", f"-Xms{args.heap}"]
+    java_opts.extend(args.jvm_flag)
     agent = os.environ.get("MEMLINER_AGENT_OPTS", "")
     if agent:
         java_opts.append(agent)
@@ -102,6 +103,8 @@ def main():
     p.add_argument("--collector", default="G1")
     p.add_argument("--heap", default="512m")
     p.add_argument("--scale", type=int, default=1)
+    # The driver's JVM is JAVA_HOME's (a GC-hook patched JDK wants -XX:+MemLinerLineUp here).
+    p.add_argument("--jvm-flag", action="append", default=[], help="a driver JVM option")
     args = p.parse_args()
     t0 = time.time()
     spark = session(args)

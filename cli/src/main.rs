@@ -143,7 +143,8 @@ enum Cmd {
         /// Repetitions (overrides the preset).
         #[arg(long)]
         reps: Option<usize>,
-        /// Java workloads, comma-separated (default graph,kv).
+        /// Workloads, comma-separated (default graph,kv): the Java ones, and spark-pagerank,
+        /// spark-groupby (as --spark adds them).
         #[arg(long, value_delimiter = ',')]
         workloads: Option<Vec<String>>,
         /// Local shares in percent, comma-separated (default 100,50,25,13); 100 is always run,
@@ -304,9 +305,20 @@ fn main() -> ExitCode {
             if let Some(ws) = workloads {
                 let mut picked = Vec::new();
                 for name in ws {
+                    if let Some(job) = bench::spark::Job::ALL
+                        .into_iter()
+                        .find(|j| name == format!("spark-{}", j.name()))
+                    {
+                        picked.push(bench::BenchWorkload::Spark(job));
+                        continue;
+                    }
                     match workloads::Workload::parse(&name) {
                         Ok(w) => picked.push(bench::BenchWorkload::Java(w)),
-                        Err(e) => return fail(format!("--workloads: {e}")),
+                        Err(e) => {
+                            return fail(format!(
+                                "--workloads: {e} (or spark-pagerank, spark-groupby)"
+                            ))
+                        }
                     }
                 }
                 cfg.workloads = picked;
@@ -329,8 +341,11 @@ fn main() -> ExitCode {
                 cfg.workloads.clear();
             }
             if spark || spark_only {
-                cfg.workloads
-                    .extend(bench::spark::Job::ALL.map(bench::BenchWorkload::Spark));
+                for job in bench::spark::Job::ALL.map(bench::BenchWorkload::Spark) {
+                    if !cfg.workloads.contains(&job) {
+                        cfg.workloads.push(job);
+                    }
+                }
             }
             cfg.kernel = !no_kernel;
             cfg.kernel_only = kernel_only;

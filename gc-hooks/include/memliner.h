@@ -33,8 +33,8 @@ typedef struct memliner_heap_view {
 /* What the patched collector counts; the agent owns the storage and reports it in its stats.
  * The JVM adds with relaxed atomic increments. */
 typedef struct memliner_hook_counters {
-  uint64_t recorded;          /* offset 0: reference stores recorded by the barrier */
-  uint64_t lined_up;          /* offset 8: objects traced by lining-up workers */
+  uint64_t recorded;          /* offset 0: store-log (SATB) entries marking processed */
+  uint64_t lined_up;          /* offset 8: of those, objects marked and traced from there */
   uint64_t deferred;          /* offset 16: objects deferred (page not resident) */
   uint64_t deferred_resident; /* offset 24: of those, resident when traced at last */
   uint64_t hints;             /* offset 32: pages hinted to the agent */

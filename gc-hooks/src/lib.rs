@@ -28,9 +28,12 @@ pub const PHASE_MARK_END: u32 = 2;
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct HookCounters {
-    /// Reference stores recorded by the barrier.
+    /// Entries of the application threads' store log (their SATB queues: the references
+    /// their stores overwrote and, with the hooks, the references they stored) that
+    /// concurrent marking processed.
     pub recorded: AtomicU64,
-    /// Objects traced by lining-up workers.
+    /// Of those, objects marking had not reached yet: marked and traced from there, where
+    /// the application is.
     pub lined_up: AtomicU64,
     /// Objects deferred because their page was not resident (an object deferred again after
     /// its marking step was aborted counts again).

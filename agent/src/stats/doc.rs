@@ -41,9 +41,10 @@ pub struct GcHooksDoc {
     pub mark_cycles: u64,
     /// Time inside concurrent marking, summed over cycles.
     pub marking_ms: f64,
-    /// Reference stores the recorder barrier recorded.
+    /// Store-log (SATB) entries concurrent marking processed: the references the
+    /// application's stores overwrote and, with the hooks, the references they stored.
     pub recorded: u64,
-    /// Objects the lining-up workers traced.
+    /// Of those, objects marking had not reached yet, marked and traced from there.
     pub lined_up: u64,
     /// Objects deferred because their page was not resident.
     pub deferred: u64,

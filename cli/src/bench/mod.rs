@@ -307,7 +307,7 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     // machine the other just warmed or disturbed.
                     // With the patched JDK (G1, Shenandoah) the hooked run joins the rotation.
                     let mut order = vec![Mode::Baseline, Mode::Memliner];
-                    if cfg.gc_hooks && java && HOOKED_COLLECTORS.contains(&c.as_str()) {
+                    if cfg.gc_hooks && HOOKED_COLLECTORS.contains(&c.as_str()) {
                         order.push(Mode::MemlinerGcHooks);
                     }
                     let k = order.len();
@@ -659,9 +659,19 @@ fn command_for(
             }
             Ok(cmd)
         }
-        BenchWorkload::Spark(job) => Ok(spark_env
-            .ok_or("spark workloads need the spark environment")?
-            .command(*job, &p.collector)),
+        BenchWorkload::Spark(job) => {
+            let patched = if p.mode == Mode::MemlinerGcHooks {
+                let java = crate::locate::patched_java()
+                    .ok_or("memliner-gc-hooks needs target/jdk-memliner (scripts/build-jdk.sh)")?;
+                // target/jdk-memliner/bin/java -> target/jdk-memliner
+                java.parent().and_then(Path::parent).map(Path::to_path_buf)
+            } else {
+                None
+            };
+            Ok(spark_env
+                .ok_or("spark workloads need the spark environment")?
+                .command(*job, &p.collector, patched.as_deref()))
+        }
     }
 }
 

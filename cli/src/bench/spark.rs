@@ -56,8 +56,15 @@ pub fn prepare(root: &Path) -> Result<Env, String> {
 }
 
 impl Env {
-    pub fn command(&self, job: Job, collector: &str) -> Vec<String> {
-        vec![
+    /// The job's command; with `patched_jdk` (a JDK home), the driver runs that JDK with its
+    /// GC hooks on (PySpark starts the JVM of `JAVA_HOME`).
+    pub fn command(&self, job: Job, collector: &str, patched_jdk: Option<&Path>) -> Vec<String> {
+        let mut cmd = Vec::new();
+        if let Some(home) = patched_jdk {
+            cmd.push("env".into());
+            cmd.push(format!("JAVA_HOME={}", home.display()));
+        }
+        cmd.extend([
             self.python.display().to_string(),
             self.script.display().to_string(),
             job.name().into(),
@@ -65,6 +72,10 @@ impl Env {
             collector.into(),
             "--heap".into(),
             HEAP.into(),
-        ]
+        ]);
+        if patched_jdk.is_some() {
+            cmd.push("--jvm-flag=-XX:+MemLinerLineUp".into());
+        }
+        cmd
     }
 }
