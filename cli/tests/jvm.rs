@@ -803,6 +803,11 @@ fn hooks_cell(w: Workload, gc: &str, local: u32) {
             h.deferred > 0 && h.hinted_pages > 0 && h.hint_pages_fetched > 0,
             "{what}: marking met remote pages: {h:?}"
         );
+        // Seconds of paged marking while the workload stores references.
+        assert!(
+            h.recorded > 0,
+            "{what}: the store log reached marking: {h:?}"
+        );
     }
 }
 
