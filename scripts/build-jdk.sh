@@ -187,6 +187,13 @@ cp "$built" "$home/lib/server/libjvm.so"
 rm -f "$home/lib/server/classes.jsa" "$home/lib/server/classes_nocoops.jsa"
 "$home/bin/java" -Xshare:dump -Xlog:cds=off >/dev/null 2>&1 || die "CDS dump failed"
 "$home/bin/java" -XX:-UseCompressedOops -Xshare:dump -Xlog:cds=off >/dev/null 2>&1 || die "CDS dump (no compressed oops) failed"
+# HotSpot's WhiteBox API, whose Java side ships only in the source's test library: the tests use
+# it to run a full GC while concurrent marking runs (-Xbootclasspath/a:lib/memliner-whitebox.jar
+# -XX:+UnlockDiagnosticVMOptions -XX:+WhiteBoxAPI).
+mkdir -p "$t/whitebox"
+"$home/bin/javac" -nowarn -d "$t/whitebox" $(find "$pristine/test/lib/jdk/test/whitebox" -name '*.java') >"$t/javac.log" 2>&1 ||
+  { cat "$t/javac.log" >&2; die "cannot compile the WhiteBox API from $pristine/test/lib"; }
+"$home/bin/jar" cf "$home/lib/memliner-whitebox.jar" -C "$t/whitebox" .
 echo "$version+$patch_hash" >"$home/memliner-jdk"
 rm -rf "$out.new"; mkdir -p "$(dirname "$out")"; mv "$home" "$out.new"
 rm -rf "$out"; mv "$out.new" "$out"

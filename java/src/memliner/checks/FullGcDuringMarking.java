@@ -1,5 +1,6 @@
 package memliner.checks;
 
+import java.lang.reflect.Method;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
@@ -10,6 +11,12 @@ import java.util.Random;
  * calling System.gc() (a full GC that aborts G1's cycle and Shenandoah's, which upgrade to a
  * degenerated or full cycle). Every node's value and link are checked at the end against
  * arrays that recorded what was written.
+ *
+ * <p>With a third argument {@code whitebox} (G1, and HotSpot's WhiteBox API on the boot class
+ * path: {@code -Xbootclasspath/a:.../memliner-whitebox.jar -XX:+UnlockDiagnosticVMOptions
+ * -XX:+WhiteBoxAPI}), each full GC is issued while concurrent marking runs: the collector
+ * thread starts a cycle, waits until marking is under way and has run 300, 600, 900 ms (time
+ * to defer objects), and collects while it still runs. {@code marking_aborts} counts the full GCs issued so.
  *
  * Prints {@code RESULT check=full-gc-during-marking verified=true|false checksum=...}.
  */
@@ -43,14 +50,23 @@ public final class FullGcDuringMarking {
             other[i] = r.nextInt(nodes);
             all[i].other = all[other[i]];
         }
+        boolean whitebox = args.length > 2 && args[2].equals("whitebox");
+        int[] aborts = new int[1];
         Thread collector = new Thread(() -> {
-            for (int i = 0; i < fullGcs; i++) {
-                try {
-                    Thread.sleep(200);
-                } catch (InterruptedException e) {
-                    return;
+            try {
+                for (int i = 0; i < fullGcs; i++) {
+                    if (whitebox) {
+                        // Later full GCs come later in their cycle, after more deferrals.
+                        aborts[0] += fullGcDuringMarking(300 * (i + 1)) ? 1 : 0;
+                    } else {
+                        Thread.sleep(200);
+                        System.gc();
+                    }
                 }
-                System.gc();
+            } catch (InterruptedException e) {
+                return;
+            } catch (ReflectiveOperationException e) {
+                throw new IllegalStateException("WhiteBox API: " + e, e);
             }
         });
         collector.start();
@@ -85,6 +101,37 @@ public final class FullGcDuringMarking {
             n = n.next;
         }
         System.out.println("RESULT check=full-gc-during-marking verified=" + ok
-                + " mutations=" + mutations + " checksum=" + Long.toHexString(sum));
+                + " mutations=" + mutations + " marking_aborts=" + aborts[0]
+                + " checksum=" + Long.toHexString(sum));
+    }
+
+    /**
+     * Starts a G1 concurrent cycle through the WhiteBox API (reflection: the API is on the boot
+     * class path only when the test asks), waits until marking runs and has run for {@code
+     * intoCycleMs} (bounded by the cycle's end), then runs a full GC. Returns whether the cycle
+     * was still running just before the full GC.
+     */
+    static boolean fullGcDuringMarking(int intoCycleMs)
+            throws InterruptedException, ReflectiveOperationException {
+        Class<?> c = Class.forName("jdk.test.whitebox.WhiteBox");
+        Object wb = c.getMethod("getWhiteBox").invoke(null);
+        Method inMark = c.getMethod("g1InConcurrentMark");
+        Method start = c.getMethod("g1StartConcMarkCycle");
+        Method fullGc = c.getMethod("fullGC");
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        while (!(Boolean) inMark.invoke(wb)) {
+            start.invoke(wb);  // false while a cycle is already starting: wait for it
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("no concurrent mark within 30 s");
+            }
+            Thread.sleep(1);
+        }
+        long until = System.nanoTime() + intoCycleMs * 1_000_000L;
+        while (System.nanoTime() < until && (Boolean) inMark.invoke(wb)) {
+            Thread.sleep(1);
+        }
+        boolean marking = (Boolean) inMark.invoke(wb);
+        fullGc.invoke(wb);
+        return marking;
     }
 }
