@@ -62,6 +62,9 @@ extern "C" fn prefetch(addrs: *const usize, n: usize) {
 }
 
 extern "C" fn gc_phase(phase: u32) {
+    if let Some(p) = crate::pager() {
+        p.set_marking(phase == PHASE_MARK_START);
+    }
     let Ok(mut m) = MARKING.lock() else { return };
     match phase {
         PHASE_MARK_START => m.started = Some(Instant::now()),
@@ -77,7 +80,7 @@ extern "C" fn gc_phase(phase: u32) {
 /// What the hooks did, for the stats, with the agent's side of the hints (`None` without
 /// prefetching). The JVM counts a marking cycle only once it has taken the table: a cycle
 /// counted means the hooks were on.
-pub fn doc(hints: Option<&HintCounters>) -> GcHooksDoc {
+pub fn doc(hints: Option<&HintCounters>, remote_while_marking: u64) -> GcHooksDoc {
     let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let hint = |f: fn(&HintCounters) -> &AtomicU64| hints.map_or(0, |h| ld(f(h)));
     let c = &COUNTERS;
@@ -89,6 +92,7 @@ pub fn doc(hints: Option<&HintCounters>) -> GcHooksDoc {
         marking_ms: MARKING.lock().map_or(0.0, |m| m.total_ns as f64 / 1e6),
         recorded: ld(&c.recorded),
         lined_up: ld(&c.lined_up),
+        concurrent_remote_while_marking: remote_while_marking,
         deferred,
         deferred_resident,
         deferred_resident_share: (deferred > 0).then(|| deferred_resident as f64 / deferred as f64),
@@ -133,7 +137,7 @@ mod tests {
         // SAFETY: counters points to the static counters.
         let c = unsafe { &*t.counters };
         c.deferred.fetch_add(3, Ordering::Relaxed);
-        assert!(doc(None).deferred >= 3);
+        assert!(doc(None, 0).deferred >= 3);
         assert!(
             std::ptr::eq(memliner_hooks(), t),
             "one table for every caller"

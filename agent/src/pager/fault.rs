@@ -247,6 +247,15 @@ impl<'a> Handler<'a> {
 
     fn count(&self, class: ThreadClass, kind: FaultKind) {
         self.s.counters.faults[class as usize][kind as usize].fetch_add(1, Ordering::Relaxed);
+        if class == ThreadClass::GcConcurrent
+            && kind == FaultKind::Remote
+            && self.s.marking.load(Ordering::Relaxed)
+        {
+            self.s
+                .counters
+                .gc_concurrent_remote_while_marking
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Records a fault's handler-side service time; returns it (ns).

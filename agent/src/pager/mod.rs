@@ -91,6 +91,10 @@ pub struct PagerCounters {
     pub concurrent_cycles: AtomicU64,
     /// Faults by application threads while a concurrent cycle was active.
     pub app_faults_in_concurrent_cycle: AtomicU64,
+    /// Remote faults of the concurrent GC threads while a patched JVM reported concurrent
+    /// marking (its other concurrent work: refinement, remembered-set rebuild, evacuation,
+    /// reference updating, is the rest of the class).
+    pub gc_concurrent_remote_while_marking: AtomicU64,
 }
 
 /// Quiet time in the concurrent GC threads' faults that ends a concurrent cycle.
@@ -228,6 +232,8 @@ struct Shared {
     pauses_demoted: AtomicU64,
     /// Nanoseconds since `epoch` of the last concurrent GC thread fault.
     last_concurrent_fault: AtomicU64,
+    /// A patched JVM reported concurrent marking under way (gc-hooks phase events).
+    marking: AtomicBool,
     epoch: Instant,
     classifier: Box<dyn ThreadClassifier>,
     counters: PagerCounters,
@@ -347,6 +353,7 @@ impl Pager {
             pauses_ended: AtomicU64::new(0),
             pauses_demoted: AtomicU64::new(0),
             last_concurrent_fault: AtomicU64::new(0),
+            marking: AtomicBool::new(false),
             epoch: Instant::now(),
             classifier,
             counters: PagerCounters::default(),
@@ -484,6 +491,12 @@ impl Pager {
     /// it may be called from the GC's own callback.
     pub fn gc_pause_finished(&self) {
         self.shared.pauses_ended.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A patched collector started (true) or finished (false) concurrent marking (gc-hooks):
+    /// the concurrent GC threads' remote faults are counted apart meanwhile.
+    pub fn set_marking(&self, on: bool) {
+        self.shared.marking.store(on, Ordering::Relaxed);
     }
 
     /// A patched collector will trace objects at `addrs` soon (gc-hooks): their remote pages

@@ -46,6 +46,11 @@ pub struct GcHooksDoc {
     pub recorded: u64,
     /// Of those, objects marking had not reached yet, marked and traced from there.
     pub lined_up: u64,
+    /// Remote faults of the concurrent GC threads between the JVM's marking start and end
+    /// events (the rest of that class: refinement, remembered-set rebuild, concurrent
+    /// evacuation and reference updating).
+    #[serde(default)]
+    pub concurrent_remote_while_marking: u64,
     /// Objects deferred because their page was not resident.
     pub deferred: u64,
     /// Of those, found resident when traced at last (the hint arrived in time).

@@ -94,7 +94,10 @@ pub fn document(
         prefetch: pager.and_then(prefetch_doc),
         faults,
         gc: gc.doc(),
-        gc_hooks: crate::hooks::doc(pager.and_then(|p| p.prefetch_counters()).map(|c| &c.hints)),
+        gc_hooks: crate::hooks::doc(
+            pager.and_then(|p| p.prefetch_counters()).map(|c| &c.hints),
+            pager.map_or(0, |p| ld(&p.counters().gc_concurrent_remote_while_marking)),
+        ),
         jdk: crate::hooks::jdk(),
         process: process_memory(),
     }

@@ -724,7 +724,7 @@ fn gc_hooks_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
     );
     let _ = writeln!(
         md,
-        "| workload | collector | local | x all-local: baseline / memliner / hooks | hooks vs baseline | hooks vs memliner | GC share of remote: memliner / hooks | app demand faults: memliner / hooks | store log: entries / marked from them | objects deferred | found resident when traced | hinted pages fetched / dropped |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| workload | collector | local | x all-local: baseline / memliner / hooks | hooks vs baseline | hooks vs memliner | GC share of remote: memliner / hooks | app demand faults: memliner / hooks | store log: entries / marked from them | hooks: concurrent-GC faults while marking | objects deferred | found resident when traced | hinted pages fetched / dropped |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     let hooks = |r: &Record, f: fn(&GcHooksDoc) -> f64| r.stat(|d| Some(f(&d.gc_hooks)));
     for (w, c, l) in paged_cells(cfg, rs) {
@@ -747,7 +747,7 @@ fn gc_hooks_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
         let share = |cl: &[&Record]| pct(med(cl, |r| r.stat(|d| d.faults.gc_share_of_remote)));
         let _ = writeln!(
             md,
-            "| {w} | {c} | {l}% | {} / {} / {} | {}x | {}x | {} / {} | {} / {} | {} / {} | {} | {} | {} / {} |",
+            "| {w} | {c} | {l}% | {} / {} / {} | {}x | {}x | {} / {} | {} / {} | {} / {} | {} | {} | {} | {} / {} |",
             fmt(bw / n, 2),
             fmt(mw / n, 2),
             fmt(hw / n, 2),
@@ -759,6 +759,10 @@ fn gc_hooks_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
             app(&h),
             fmt(med(&h, |r| hooks(r, |g| g.recorded as f64)), 0),
             fmt(med(&h, |r| hooks(r, |g| g.lined_up as f64)), 0),
+            fmt(
+                med(&h, |r| hooks(r, |g| g.concurrent_remote_while_marking as f64)),
+                0
+            ),
             fmt(med(&h, |r| hooks(r, |g| g.deferred as f64)), 0),
             pct(med(&h, |r| r.stat(|d| d.gc_hooks.deferred_resident_share))),
             fmt(med(&h, |r| hooks(r, |g| g.hint_pages_fetched as f64)), 0),
