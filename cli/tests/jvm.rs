@@ -784,6 +784,11 @@ fn hooks_cell(w: Workload, gc: &str, local: u32) {
     assert!(h.deferred_resident <= h.deferred, "{what}: {h:?}");
     assert!(h.lined_up <= h.recorded, "{what}: {h:?}");
     assert!(
+        h.concurrent_remote_while_marking <= s.faults.by_class.gc_concurrent.remote,
+        "{what}: faults while marking are the concurrent GC threads': {h:?} {:?}",
+        s.faults.by_class.gc_concurrent
+    );
+    assert!(
         h.hinted_pages <= h.deferred + slack,
         "{what}: a deferral hints one page at most: {h:?}"
     );
