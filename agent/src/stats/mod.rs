@@ -78,6 +78,9 @@ pub fn document(
     gc: &GcTimes,
     wall: std::time::Duration,
 ) -> StatsDoc {
+    // Read before the fault counters, which it is a part of (counted after them): read in
+    // this order, it never exceeds them while the JVM still faults.
+    let while_marking = pager.map_or(0, |p| ld(&p.counters().gc_concurrent_remote_while_marking));
     let faults = faults_doc(pager);
     StatsDoc {
         version: VERSION,
@@ -96,7 +99,7 @@ pub fn document(
         gc: gc.doc(),
         gc_hooks: crate::hooks::doc(
             pager.and_then(|p| p.prefetch_counters()).map(|c| &c.hints),
-            pager.map_or(0, |p| ld(&p.counters().gc_concurrent_remote_while_marking)),
+            while_marking,
         ),
         jdk: crate::hooks::jdk(),
         process: process_memory(),
