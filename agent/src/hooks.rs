@@ -62,7 +62,7 @@ extern "C" fn prefetch(addrs: *const usize, n: usize) {
 }
 
 extern "C" fn gc_phase(phase: u32) {
-    if let Some(p) = crate::pager() {
+    if let (Some(p), PHASE_MARK_START | PHASE_MARK_END) = (crate::pager(), phase) {
         p.set_marking(phase == PHASE_MARK_START);
     }
     let Ok(mut m) = MARKING.lock() else { return };

@@ -306,10 +306,11 @@ fn main() -> ExitCode {
                 let mut picked = Vec::new();
                 for name in ws {
                     if let Some(job) = bench::spark::Job::ALL
+                        .map(bench::BenchWorkload::Spark)
                         .into_iter()
-                        .find(|j| name == format!("spark-{}", j.name()))
+                        .find(|w| w.name() == name)
                     {
-                        picked.push(bench::BenchWorkload::Spark(job));
+                        picked.push(job);
                         continue;
                     }
                     match workloads::Workload::parse(&name) {

@@ -648,29 +648,30 @@ fn command_for(
     heap_mb: u64,
     p: &Planned,
 ) -> Result<Vec<String>, String> {
+    let patched = match p.mode {
+        Mode::MemlinerGcHooks => Some(
+            crate::locate::patched_java()
+                .ok_or("memliner-gc-hooks needs target/jdk-memliner (scripts/build-jdk.sh)")?,
+        ),
+        _ => None,
+    };
     match &p.workload {
         BenchWorkload::Java(w) => {
             let mut cmd = java_command(classes, *w, &p.collector, heap_mb);
-            if p.mode == Mode::MemlinerGcHooks {
-                cmd[0] = crate::locate::patched_java()
-                    .ok_or("memliner-gc-hooks needs target/jdk-memliner (scripts/build-jdk.sh)")?
-                    .display()
-                    .to_string();
+            if let Some(java) = patched {
+                cmd[0] = java.display().to_string();
             }
             Ok(cmd)
         }
         BenchWorkload::Spark(job) => {
-            let patched = if p.mode == Mode::MemlinerGcHooks {
-                let java = crate::locate::patched_java()
-                    .ok_or("memliner-gc-hooks needs target/jdk-memliner (scripts/build-jdk.sh)")?;
-                // target/jdk-memliner/bin/java -> target/jdk-memliner
-                java.parent().and_then(Path::parent).map(Path::to_path_buf)
-            } else {
-                None
-            };
+            // target/jdk-memliner/bin/java -> target/jdk-memliner
+            let home = patched
+                .as_deref()
+                .and_then(Path::parent)
+                .and_then(Path::parent);
             Ok(spark_env
                 .ok_or("spark workloads need the spark environment")?
-                .command(*job, &p.collector, patched.as_deref()))
+                .command(*job, &p.collector, home))
         }
     }
 }
