@@ -303,22 +303,21 @@ fn main() -> ExitCode {
                 cfg.reps = r.max(1);
             }
             if let Some(ws) = workloads {
+                let known: Vec<bench::BenchWorkload> = workloads::Workload::ALL
+                    .map(bench::BenchWorkload::Java)
+                    .into_iter()
+                    .chain(bench::spark::Job::ALL.map(bench::BenchWorkload::Spark))
+                    .collect();
                 let mut picked = Vec::new();
                 for name in ws {
-                    if let Some(job) = bench::spark::Job::ALL
-                        .map(bench::BenchWorkload::Spark)
-                        .into_iter()
-                        .find(|w| w.name() == name)
-                    {
-                        picked.push(job);
-                        continue;
-                    }
-                    match workloads::Workload::parse(&name) {
-                        Ok(w) => picked.push(bench::BenchWorkload::Java(w)),
-                        Err(e) => {
+                    match known.iter().find(|w| w.name() == name) {
+                        Some(w) => picked.push(w.clone()),
+                        None => {
+                            let names: Vec<String> = known.iter().map(|w| w.name()).collect();
                             return fail(format!(
-                                "--workloads: {e} (or spark-pagerank, spark-groupby)"
-                            ))
+                                "--workloads: unknown workload '{name}' (choose from {})",
+                                names.join(", ")
+                            ));
                         }
                     }
                 }
