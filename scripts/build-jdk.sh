@@ -153,13 +153,15 @@ if [ ! -f "$built" ]; then
   objs=$work/build/memliner/hotspot/variant-server/libjvm/objs
   (cd "$work" && make CONF=memliner JOBS="$jobs" hotspot >"$cache/make.log" 2>&1) &
   make_pid=$!
-  # Progress once a minute: objects compiled since the start, of those make said it would build.
+  # Progress once a minute: objects compiled since the start, of the objects a whole build has
+  # (make does not say how many of them a change makes it rebuild).
+  whole=$(find "$objs" -name '*.o' 2>/dev/null | wc -l)
   while kill -0 "$make_pid" 2>/dev/null; do
     sleep 5
     if [ $(( ($(date +%s) - start) % 60 )) -lt 5 ]; then
-      total=$(grep -oE '(from|due to) [0-9]+ file' "$cache/make.log" | tail -1 | grep -oE '[0-9]+' || true)
       done_n=$(find "$objs" -name '*.o' -newer "$stamp" 2>/dev/null | wc -l)
-      say "  compiled $done_n of ${total:-?} files ($(( ($(date +%s) - start) / 60 )) min)"
+      if [ "$whole" -gt 0 ]; then of="of the $whole a whole build compiles"; else of="(a first build)"; fi
+      say "  compiled $done_n objects $of ($(( ($(date +%s) - start) / 60 )) min)"
     fi
   done
   wait "$make_pid" ||

@@ -29,6 +29,7 @@ static TABLE: Hooks = Hooks {
     prefetch,
     gc_phase,
     counters: &COUNTERS,
+    release,
 };
 
 struct Marking {
@@ -57,6 +58,15 @@ extern "C" fn prefetch(addrs: *const usize, n: usize) {
     let _ = std::panic::catch_unwind(|| {
         if let Some(p) = crate::pager() {
             p.hint(addrs);
+        }
+    });
+}
+
+extern "C" fn release(start: usize, len: usize) {
+    // A failed release only leaves garbage paged: never worth a crash.
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(p) = crate::pager() {
+            p.release(start, len);
         }
     });
 }
@@ -148,5 +158,6 @@ mod tests {
         (t.gc_phase)(PHASE_MARK_START);
         (t.gc_phase)(PHASE_MARK_END);
         (t.gc_phase)(99);
+        (t.release)(0x1000, 0x2000);
     }
 }

@@ -767,6 +767,14 @@ fn hooks_cell(w: Workload, gc: &str, local: u32) {
         "{what}: jdk {:?}",
         s.jdk
     );
+    // Graph's collectors free regions in every run (G1 after each young pause, Shenandoah
+    // when it recycles the regions a cycle emptied): the JVM released them to the agent, and
+    // the checksum above says no live page went with them.
+    let r = &s.pager.as_ref().expect("paged").released;
+    assert!(r.remote <= r.pages, "{what}: {r:?}");
+    if w == Workload::Graph {
+        assert!(r.pages > 0, "{what}: no freed region was released: {r:?}");
+    }
     // kv's live set sits near G1's adaptive marking threshold at this size: most runs never
     // mark concurrently (the JVM then never looks for the hooks), some mark once (CI saw one).
     // Either is correct; the counters are checked whenever a cycle ran.
@@ -841,6 +849,8 @@ fn hooks_off_cell(w: Workload, gc: &str, local: u32) {
     let s = cell_on(&java, w, gc, local, cfg);
     assert!(!s.gc_hooks.on, "{:?}", s.gc_hooks);
     assert_eq!(s.gc_hooks.deferred + s.gc_hooks.hinted_pages, 0);
+    let released = s.pager.as_ref().expect("paged").released.pages;
+    assert_eq!(released, 0, "hooks off: nothing is released");
 }
 
 cells!(hooks_off_cell {

@@ -58,6 +58,11 @@ typedef struct memliner_hooks {
   void (*gc_phase)(uint32_t phase);
   /* offset 32: counters the JVM adds to. */
   memliner_hook_counters *counters;
+  /* offset 40: the collector freed [start, start + len) (a region): nothing there is read
+   * again before it is written. Called before the range can be reused (the range stays
+   * untouched until the call returns); the agent drops its pages, local and remote, so that
+   * reusing them zero-fills locally instead of fetching garbage. Never blocks on the network. */
+  void (*release)(uintptr_t start, size_t len);
 } memliner_hooks;
 
 /* Returns the agent's table (never NULL once the agent is loaded). */

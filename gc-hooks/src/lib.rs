@@ -57,6 +57,9 @@ pub struct Hooks {
     pub prefetch: extern "C" fn(addrs: *const usize, n: usize),
     pub gc_phase: extern "C" fn(phase: u32),
     pub counters: *const HookCounters,
+    /// The collector freed `[start, start + len)`: nothing there is read again before it is
+    /// written. Called before the range is reused; returns when the pages are dropped.
+    pub release: extern "C" fn(start: usize, len: usize),
 }
 
 // SAFETY: the table is immutable; `counters` points to atomics that live for the process.
@@ -119,7 +122,8 @@ mod tests {
         assert_eq!(offset_of!(Hooks, prefetch), 16);
         assert_eq!(offset_of!(Hooks, gc_phase), 24);
         assert_eq!(offset_of!(Hooks, counters), 32);
-        assert_eq!(std::mem::size_of::<Hooks>(), 40);
+        assert_eq!(offset_of!(Hooks, release), 40);
+        assert_eq!(std::mem::size_of::<Hooks>(), 48);
         let counters = [
             (offset_of!(HookCounters, recorded), "recorded"),
             (offset_of!(HookCounters, lined_up), "lined_up"),

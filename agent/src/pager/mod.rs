@@ -53,6 +53,7 @@ mod page_table;
 mod prefetch_io;
 mod probe;
 mod reclaim;
+mod release;
 mod remap;
 mod signal;
 mod sizing;
@@ -95,6 +96,11 @@ pub struct PagerCounters {
     /// marking (its other concurrent work: refinement, remembered-set rebuild, evacuation,
     /// reference updating, is the rest of the class).
     pub gc_concurrent_remote_while_marking: AtomicU64,
+    /// Pages a patched collector released (freed regions): dropped, so their reuse
+    /// zero-fills locally.
+    pub pages_released: AtomicU64,
+    /// Of those, pages only the store held: fetches of garbage saved.
+    pub released_remote: AtomicU64,
 }
 
 /// Quiet time in the concurrent GC threads' faults that ends a concurrent cycle.
@@ -510,6 +516,13 @@ impl Pager {
             .map(|p| p as u32)
             .collect();
         self.shared.prefetch_hint(&mut pages);
+    }
+
+    /// A patched collector freed `[start, start + len)`: nothing there is read before it is
+    /// written again, so its pages are dropped (local and remote). The caller keeps the
+    /// range untouched until this returns. Never blocks on the network.
+    pub fn release(&self, start: usize, len: usize) -> usize {
+        self.shared.release(start, len)
     }
 
     /// The residency map: `npages` bytes, 1 = remote (a touch fetches the page from the

@@ -195,11 +195,16 @@ impl Shared {
         if pages.is_empty() {
             return;
         }
-        pf.jobs.push(Job {
-            pages: std::mem::take(pages),
-            stream: None,
-            class: ThreadClass::GcConcurrent,
-        });
+        // In windows, each fetched and mapped as a unit: a fault on a page of a window waits
+        // for that window only, not for the whole hint.
+        for w in pages.chunks(self.config.prefetch_depth.max(1)) {
+            pf.jobs.push(Job {
+                pages: w.to_vec(),
+                stream: None,
+                class: ThreadClass::GcConcurrent,
+            });
+        }
+        pages.clear();
         pf.wake_workers();
     }
 

@@ -98,6 +98,10 @@ pub struct PagerDoc {
     pub remote: RemoteDoc,
     pub evictions: EvictionsDoc,
     pub zero_filled_ahead: u64,
+    /// Pages a patched collector released (the regions it freed): dropped, local and
+    /// remote, so that their reuse zero-fills locally.
+    #[serde(default)]
+    pub released: ReleasedDoc,
     pub unmap_events: u64,
     /// Reclaim passes that found every charged page in flight.
     pub reclaim_found_all_in_flight: u64,
@@ -117,6 +121,14 @@ pub struct RemoteDoc {
     pub pages_prefetched: u64,
     pub pages_written: u64,
     pub pages_freed: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleasedDoc {
+    pub pages: u64,
+    /// Of those, pages only the store held: fetches of garbage saved.
+    pub remote: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -384,6 +396,7 @@ impl StatsDoc {
                     zero: 3,
                 },
                 zero_filled_ahead: 0,
+                released: ReleasedDoc::default(),
                 unmap_events: 0,
                 reclaim_found_all_in_flight: 0,
                 cold: ColdDoc {

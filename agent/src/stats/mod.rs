@@ -185,6 +185,10 @@ fn pager_doc(p: &Pager, remote_faults: u64) -> PagerDoc {
             zero: ld(&c.evicted_zero),
         },
         zero_filled_ahead: ld(&c.zero_filled_ahead),
+        released: ReleasedDoc {
+            pages: ld(&c.pages_released),
+            remote: ld(&c.released_remote),
+        },
         unmap_events: ld(&c.unmap_events),
         reclaim_found_all_in_flight: ld(&c.reclaim_found_all_in_flight),
         cold: ColdDoc {

@@ -718,13 +718,14 @@ fn gc_hooks_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
         "`memliner-gc-hooks`: policy memliner on target/jdk-memliner with `-XX:+MemLinerLineUp` \
          (the store barriers log the stored references while marking runs, so marking traces \
          from where the application is; marking defers objects on non-resident pages, hints \
-         their pages, traces them in address order). Baseline and memliner ran on the stock \
+         their pages, traces them in address order; the collector releases the regions it frees, \
+         so their reuse zero-fills locally). Baseline and memliner ran on the stock \
          JDK, interleaved with it. Store log: the SATB entries marking processed (overwritten \
          and stored references) / the objects it marked from them.\n"
     );
     let _ = writeln!(
         md,
-        "| workload | collector | local | x all-local: baseline / memliner / hooks | hooks vs baseline | hooks vs memliner | GC share of remote: memliner / hooks | app demand faults: memliner / hooks | store log: entries / marked from them | hooks: concurrent-GC faults while marking | objects deferred | found resident when traced | hinted pages fetched / dropped |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| workload | collector | local | x all-local: baseline / memliner / hooks | hooks vs baseline | hooks vs memliner | GC share of remote: memliner / hooks | app demand faults: memliner / hooks | store log: entries / marked from them | hooks: concurrent-GC faults while marking | objects deferred | found resident when traced | hinted pages fetched / dropped | freed pages released / of them only remote |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     let hooks = |r: &Record, f: fn(&GcHooksDoc) -> f64| r.stat(|d| Some(f(&d.gc_hooks)));
     for (w, c, l) in paged_cells(cfg, rs) {
@@ -747,7 +748,7 @@ fn gc_hooks_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
         let share = |cl: &[&Record]| pct(med(cl, |r| r.stat(|d| d.faults.gc_share_of_remote)));
         let _ = writeln!(
             md,
-            "| {w} | {c} | {l}% | {} / {} / {} | {}x | {}x | {} / {} | {} / {} | {} / {} | {} | {} | {} | {} / {} |",
+            "| {w} | {c} | {l}% | {} / {} / {} | {}x | {}x | {} / {} | {} / {} | {} / {} | {} | {} | {} | {} / {} | {} / {} |",
             fmt(bw / n, 2),
             fmt(mw / n, 2),
             fmt(hw / n, 2),
@@ -767,6 +768,14 @@ fn gc_hooks_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
             pct(med(&h, |r| r.stat(|d| d.gc_hooks.deferred_resident_share))),
             fmt(med(&h, |r| hooks(r, |g| g.hint_pages_fetched as f64)), 0),
             fmt(med(&h, |r| hooks(r, |g| g.hint_pages_dropped as f64)), 0),
+            fmt(
+                med(&h, |r| r.stat(|d| Some(d.pager.as_ref()?.released.pages as f64))),
+                0
+            ),
+            fmt(
+                med(&h, |r| r.stat(|d| Some(d.pager.as_ref()?.released.remote as f64))),
+                0
+            ),
         );
     }
 }

@@ -1,0 +1,80 @@
+//! Released ranges: a patched collector says a range holds no object it will read before
+//! writing it again (a region it just freed), so the pager drops the range's pages wherever
+//! they are. Reusing the region then zero-fills locally instead of fetching garbage from the
+//! store, and no garbage is written back or keeps budget.
+//!
+//! Only pages nobody else holds are dropped: a page in flight (a fetch, a deactivation or a
+//! write-back) keeps whatever bytes it gets, which is as good as any for a page whose
+//! contents do not matter. The store's copy is left where it is and only forgotten: freeing it
+//! would race a later write-back of the same page on another connection, and the store never
+//! holds more than one copy per heap page anyway.
+
+use std::sync::atomic::Ordering;
+
+use swap_backend::PAGE_SIZE;
+
+use super::os;
+use super::page_table::{Claim, PageState};
+use super::Shared;
+
+impl Shared {
+    /// Drops the pages wholly inside `[start, start + len)`. The caller promises that nobody
+    /// touches the range until this returns (the JVM frees a region before reusing it).
+    /// Returns the pages dropped.
+    pub(super) fn release(&self, start: usize, len: usize) -> usize {
+        let lo = start.max(self.base).next_multiple_of(PAGE_SIZE);
+        let hi = (start.saturating_add(len)).min(self.base + self.npages * PAGE_SIZE);
+        if lo >= hi {
+            return 0;
+        }
+        let (first, last) = ((lo - self.base) / PAGE_SIZE, (hi - self.base) / PAGE_SIZE);
+        let mut mapped: Vec<Claim<'_>> = Vec::new();
+        let mut dropped = 0;
+        let mut remote = 0u64;
+        for p in first..last {
+            let Some(c) = self.table.claim_if(p, |s| {
+                !matches!(s, PageState::Untouched | PageState::Writeback)
+            }) else {
+                continue;
+            };
+            match c.from() {
+                s if s.is_mapped() => {
+                    mapped.push(c);
+                    continue;
+                }
+                PageState::Cached => self.drop_marker_data(p),
+                PageState::InactiveClean | PageState::InactiveDirty => {
+                    self.reclaim.forget_inactive(p)
+                }
+                PageState::Remote => remote += 1,
+                _ => {}
+            }
+            self.table.set_stored(p, false);
+            c.finish(PageState::Untouched);
+            dropped += 1;
+        }
+        if !mapped.is_empty() {
+            let pages: Vec<usize> = mapped.iter().map(Claim::page).collect();
+            if let Err(e) = self.madvise.dontneed(&os::runs(self.base, &pages)) {
+                // The pages stay as they are (claims dropped): correct, only not released.
+                crate::log!(
+                    crate::options::LogLevel::Warn,
+                    "cannot discard released heap pages: {e}"
+                );
+                return dropped;
+            }
+            for c in mapped {
+                self.table.set_stored(c.page(), false);
+                c.finish(PageState::Untouched);
+                dropped += 1;
+            }
+        }
+        self.counters
+            .pages_released
+            .fetch_add(dropped as u64, Ordering::Relaxed);
+        self.counters
+            .released_remote
+            .fetch_add(remote, Ordering::Relaxed);
+        dropped
+    }
+}
