@@ -114,7 +114,7 @@ fn connect(options: &Options) -> Result<Box<dyn PageStore>, String> {
     let mut stores: Vec<Box<dyn PageStore>> = Vec::new();
     for s in &options.servers {
         let store = TcpStore::connect(
-            s,
+            &s.authority(),
             TcpOptions {
                 token: options.token.clone(),
                 namespace: namespace.clone(),
@@ -167,8 +167,8 @@ fn policy_for(o: &Options) -> std::sync::Arc<dyn policy::PagingPolicy> {
     match o.policy {
         Policy::MemLiner => std::sync::Arc::new(policy::MemLiner {
             prefetch,
-            adaptive_dirty: o.adaptive_dirty.then(policy::WriteRatio::default),
-            scope: if o.streams_per_thread {
+            adaptive_dirty: o.dirty.adaptive().then(policy::WriteRatio::default),
+            scope: if o.streams == options::Streams::Thread {
                 policy::StreamScope::Thread
             } else {
                 policy::StreamScope::Class
@@ -206,10 +206,10 @@ fn start_paging(rt: &Runtime) -> Result<(), String> {
         PagerConfig {
             budget_pages: budget,
             handlers: rt.options.handlers,
-            track_dirty: rt.options.track_dirty,
+            track_dirty: rt.options.dirty.tracks(),
             policy: policy_for(&rt.options),
             prefetch_depth: rt.options.prefetch,
-            sampling: rt.options.sampling,
+            sampling: rt.options.reclaim == options::Reclaim::Clock,
             delivery: rt.options.faults,
             probe_every: (rt.options.probe_ms > 0)
                 .then(|| std::time::Duration::from_millis(rt.options.probe_ms)),

@@ -1,11 +1,14 @@
-//! The agent's option string, parsed in one pure function.
+//! The agent's options: one typed [`Options`], the option string's one parser ([`parse`],
+//! key by key through [`Options::set`]) and its one writer ([`Options::render`]). The
+//! `memliner` command builds its `-agentpath:` string with the same two, so both sides take
+//! the same keys, values and error messages.
 //!
 //! `-agentpath:/path/libmemliner_agent.so=key=value,key=value,...`, merged over the
 //! `MEMLINER_OPTIONS` environment variable (same syntax; the agent string wins).
 //!
 //! | key        | value                                   | default |
 //! |------------|-----------------------------------------|---------|
-//! | `server`   | `HOST:PORT`, several joined by `+` (pages striped over them), or `local` (in-process store, for tests) | `local` |
+//! | `server`   | a memory server's URL, `tcp://HOST:PORT` (or just `HOST:PORT`), several joined by `+` (pages striped over them), or `local` (in-process store, for tests) | `local` |
 //! | `local`    | local budget: percent of the heap (`25%`) or a size (`512m`, `2g`) | `100%` |
 //! | `policy`   | `memliner` (GC-aware), `baseline` (like kernel swap) or `off` (agent loaded, heap not paged) | `memliner` |
 //! | `prefetch` | largest prefetch window in pages, 0 turns prefetching off | `32` |
@@ -22,6 +25,7 @@
 //! An unknown key or a bad value is an error that names the key and the valid choices.
 
 use swap_backend::units::parse_size;
+use swap_backend::ServerUrl;
 
 pub use crate::model::FaultDelivery;
 
@@ -64,6 +68,15 @@ impl Budget {
     }
 }
 
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Budget::Percent(p) => write!(f, "{p}%"),
+            Budget::Bytes(b) => write!(f, "{b}"),
+        }
+    }
+}
+
 /// Log verbosity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
@@ -73,11 +86,50 @@ pub enum LogLevel {
     Debug = 3,
 }
 
+/// Which written pages the pager tracks (`dirty=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dirty {
+    /// Track per thread class while it pays (`memliner`; `baseline` tracks).
+    Auto,
+    /// Write-protect pages mapped on a read: clean pages are dropped without a write-back.
+    Track,
+    /// No write faults; every evicted page is written back.
+    Assume,
+}
+
+impl Dirty {
+    /// Whether pages mapped on a read are write-protected (see `PagerConfig::track_dirty`).
+    pub fn tracks(self) -> bool {
+        self != Dirty::Assume
+    }
+
+    /// Whether the policy decides per thread class (see `policy::WriteRatio`).
+    pub fn adaptive(self) -> bool {
+        self == Dirty::Auto
+    }
+}
+
+/// What one prefetch stream follows (`streams=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Streams {
+    Thread,
+    Class,
+}
+
+/// How the reclaimer picks victims (`reclaim=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reclaim {
+    /// Arrival order, second chance for faulted pages.
+    Fifo,
+    /// Pages are unmapped (bytes kept) to see which are used before they are evicted.
+    Clock,
+}
+
 /// Everything the agent was asked to do.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
-    /// Memory servers (`HOST:PORT`); empty means the in-process store.
-    pub servers: Vec<String>,
+    /// Memory servers; empty means the in-process store.
+    pub servers: Vec<ServerUrl>,
     /// Whether `server=` was given at all (the in-process default deserves a warning).
     pub server_given: bool,
     pub budget: Budget,
@@ -86,16 +138,11 @@ pub struct Options {
     pub log: LogLevel,
     pub handlers: usize,
     pub token: String,
-    /// Track which pages were written (see `PagerConfig::track_dirty`).
-    pub track_dirty: bool,
-    /// Under `memliner`, decide per thread class whether tracking pays (`dirty=auto`).
-    pub adaptive_dirty: bool,
+    pub dirty: Dirty,
     /// Largest prefetch window in pages (0: off).
     pub prefetch: usize,
-    /// Stream per thread (true) or per class.
-    pub streams_per_thread: bool,
-    /// Sample references with an inactive list (`reclaim=clock`) or not (`fifo`).
-    pub sampling: bool,
+    pub streams: Streams,
+    pub reclaim: Reclaim,
     /// Latency probe interval in ms (0: off).
     pub probe_ms: u64,
     /// How faults reach the code serving them.
@@ -113,14 +160,13 @@ impl Default for Options {
             log: LogLevel::Warn,
             handlers: 1,
             token: String::new(),
-            track_dirty: true,
-            adaptive_dirty: true,
+            dirty: Dirty::Auto,
             prefetch: 32,
-            streams_per_thread: true,
+            streams: Streams::Thread,
             // A local fault costs a handler round trip (30-40 us on the VMs measured), so
             // sampling lost 10-20% on the graph and kv workloads; it wins where a hot set
             // fits and FIFO keeps pushing it out.
-            sampling: false,
+            reclaim: Reclaim::Fifo,
             probe_ms: 10,
             // The faulting thread serves its own fault: no wake on either side (a remote
             // fault's latency as its thread sees it fell 5-7x with the in-process store).
@@ -140,123 +186,184 @@ pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
             let (key, value) = item.split_once('=').ok_or_else(|| {
                 format!("option '{item}' has no value: write {item}=VALUE (keys: {KEYS})")
             })?;
-            let bad = |what: &str| format!("bad value for '{key}': '{value}': {what}");
-            match key {
-                "server" => {
-                    o.server_given = true;
-                    o.servers = if value == "local" {
-                        Vec::new()
-                    } else {
-                        value
-                            .split('+')
-                            .map(|s| {
-                                let (h, p) = s.rsplit_once(':').ok_or_else(|| {
-                                    bad("expected HOST:PORT, several joined by '+', or 'local'")
-                                })?;
-                                if h.is_empty() || p.parse::<u16>().is_err() {
-                                    return Err(bad("expected HOST:PORT with a port of 1-65535"));
-                                }
-                                Ok(s.to_string())
-                            })
-                            .collect::<Result<_, _>>()?
-                    };
-                }
-                "local" => {
-                    o.budget = if let Some(p) = value.strip_suffix('%') {
-                        let p: f64 = p
-                            .parse()
-                            .map_err(|_| bad("expected a percentage like 25%"))?;
-                        if !(p > 0.0 && p <= 100.0) {
-                            return Err(bad("a percentage must be above 0% and at most 100%"));
-                        }
-                        Budget::Percent(p)
-                    } else {
-                        let b = parse_size(value)
-                            .map_err(|_| bad("expected a percentage (25%) or a size (512m, 2g)"))?;
-                        if b == 0 {
-                            return Err(bad("the budget must be above zero"));
-                        }
-                        Budget::Bytes(b)
-                    }
-                }
-                "policy" => {
-                    o.policy = match value {
-                        "off" => Policy::Off,
-                        "baseline" => Policy::Baseline,
-                        "memliner" => Policy::MemLiner,
-                        _ => return Err(bad("expected one of memliner, baseline, off")),
-                    }
-                }
-                "prefetch" => {
-                    o.prefetch = value
-                        .parse()
-                        .ok()
-                        .filter(|n| *n <= 256)
-                        .ok_or_else(|| bad("expected a window in pages from 0 (off) to 256"))?
-                }
-                "streams" => {
-                    o.streams_per_thread = match value {
-                        "thread" => true,
-                        "class" => false,
-                        _ => return Err(bad("expected one of thread, class")),
-                    }
-                }
-                "stats" => {
-                    if value.is_empty() {
-                        return Err(bad("expected a file path"));
-                    }
-                    o.stats = Some(value.to_string())
-                }
-                "log" => {
-                    o.log = match value {
-                        "error" => LogLevel::Error,
-                        "warn" => LogLevel::Warn,
-                        "info" => LogLevel::Info,
-                        "debug" => LogLevel::Debug,
-                        _ => return Err(bad("expected one of error, warn, info, debug")),
-                    }
-                }
-                "handlers" => {
-                    o.handlers = value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=16).contains(n))
-                        .ok_or_else(|| bad("expected a number of threads from 1 to 16"))?
-                }
-                "token" => o.token = value.to_string(),
-                "dirty" => {
-                    (o.track_dirty, o.adaptive_dirty) = match value {
-                        "auto" => (true, true),
-                        "track" => (true, false),
-                        "assume" => (false, false),
-                        _ => return Err(bad("expected one of auto, track, assume")),
-                    }
-                }
-                "reclaim" => {
-                    o.sampling = match value {
-                        "clock" => true,
-                        "fifo" => false,
-                        _ => return Err(bad("expected one of clock, fifo")),
-                    }
-                }
-                "probe" => {
-                    o.probe_ms =
-                        value.parse().ok().filter(|n| *n <= 60_000).ok_or_else(|| {
-                            bad("expected an interval in ms from 0 (off) to 60000")
-                        })?
-                }
-                "faults" => {
-                    o.faults = match value {
-                        "signal" => FaultDelivery::Signal,
-                        "thread" => FaultDelivery::Thread,
-                        _ => return Err(bad("expected one of signal, thread")),
-                    }
-                }
-                _ => return Err(format!("unknown option '{key}' (valid keys: {KEYS})")),
-            }
+            o.set(key, value)?;
         }
     }
     Ok(o)
+}
+
+/// `value` among `choices` (name, value), or an error listing the names.
+fn choose<T: Copy>(value: &str, choices: &[(&str, T)]) -> Result<T, String> {
+    choices
+        .iter()
+        .find(|(n, _)| *n == value)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+            format!("expected one of {}", names.join(", "))
+        })
+}
+
+/// The name of `value` among `choices`.
+fn name_of<T: PartialEq>(value: T, choices: &[(&'static str, T)]) -> &'static str {
+    choices
+        .iter()
+        .find(|(_, v)| *v == value)
+        .map_or("?", |(n, _)| n)
+}
+
+const POLICIES: [(&str, Policy); 3] = [
+    ("memliner", Policy::MemLiner),
+    ("baseline", Policy::Baseline),
+    ("off", Policy::Off),
+];
+const STREAMS: [(&str, Streams); 2] = [("thread", Streams::Thread), ("class", Streams::Class)];
+const LOGS: [(&str, LogLevel); 4] = [
+    ("error", LogLevel::Error),
+    ("warn", LogLevel::Warn),
+    ("info", LogLevel::Info),
+    ("debug", LogLevel::Debug),
+];
+const DIRTY: [(&str, Dirty); 3] = [
+    ("auto", Dirty::Auto),
+    ("track", Dirty::Track),
+    ("assume", Dirty::Assume),
+];
+const RECLAIM: [(&str, Reclaim); 2] = [("clock", Reclaim::Clock), ("fifo", Reclaim::Fifo)];
+const FAULTS: [(&str, FaultDelivery); 2] = [
+    ("signal", FaultDelivery::Signal),
+    ("thread", FaultDelivery::Thread),
+];
+
+impl Options {
+    /// Sets one option from its string form, as `key=value` in the option string sets it.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let bad = |what: String| format!("bad value for '{key}': '{value}': {what}");
+        let text = |what: &str| {
+            if value.is_empty() || value.contains(',') {
+                Err(bad(format!("expected {what} without a ','")))
+            } else {
+                Ok(value.to_string())
+            }
+        };
+        match key {
+            "server" => {
+                self.server_given = true;
+                self.servers = if value == "local" {
+                    Vec::new()
+                } else {
+                    value
+                        .split('+')
+                        .map(|s| s.parse::<ServerUrl>().map_err(bad))
+                        .collect::<Result<_, _>>()?
+                };
+            }
+            "local" => {
+                self.budget = if let Some(p) = value.strip_suffix('%') {
+                    let p: f64 = p
+                        .parse()
+                        .map_err(|_| bad("expected a percentage like 25%".into()))?;
+                    if !(p > 0.0 && p <= 100.0) {
+                        return Err(bad("a percentage must be above 0% and at most 100%".into()));
+                    }
+                    Budget::Percent(p)
+                } else {
+                    let b = parse_size(value).map_err(|_| {
+                        bad("expected a percentage (25%) or a size (512m, 2g)".into())
+                    })?;
+                    if b == 0 {
+                        return Err(bad("the budget must be above zero".into()));
+                    }
+                    Budget::Bytes(b)
+                }
+            }
+            "policy" => self.policy = choose(value, &POLICIES).map_err(bad)?,
+            "prefetch" => {
+                self.prefetch =
+                    value.parse().ok().filter(|n| *n <= 256).ok_or_else(|| {
+                        bad("expected a window in pages from 0 (off) to 256".into())
+                    })?
+            }
+            "streams" => self.streams = choose(value, &STREAMS).map_err(bad)?,
+            "stats" => self.stats = Some(text("a file path")?),
+            "log" => self.log = choose(value, &LOGS).map_err(bad)?,
+            "handlers" => {
+                self.handlers = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=16).contains(n))
+                    .ok_or_else(|| bad("expected a number of threads from 1 to 16".into()))?
+            }
+            "token" => self.token = text("the token")?,
+            "dirty" => self.dirty = choose(value, &DIRTY).map_err(bad)?,
+            "reclaim" => self.reclaim = choose(value, &RECLAIM).map_err(bad)?,
+            "probe" => {
+                self.probe_ms =
+                    value.parse().ok().filter(|n| *n <= 60_000).ok_or_else(|| {
+                        bad("expected an interval in ms from 0 (off) to 60000".into())
+                    })?
+            }
+            "faults" => self.faults = choose(value, &FAULTS).map_err(bad)?,
+            _ => return Err(format!("unknown option '{key}' (valid keys: {KEYS})")),
+        }
+        Ok(())
+    }
+
+    /// The option string that [`parse`] reads back as these options: every option that
+    /// differs from its default (and `server=` whenever it was given).
+    pub fn render(&self) -> String {
+        let d = Options::default();
+        let mut out: Vec<String> = Vec::new();
+        let mut put = |k: &str, v: String| out.push(format!("{k}={v}"));
+        if self.server_given || !self.servers.is_empty() {
+            let s: Vec<String> = self.servers.iter().map(ServerUrl::to_string).collect();
+            put(
+                "server",
+                if s.is_empty() {
+                    "local".into()
+                } else {
+                    s.join("+")
+                },
+            );
+        }
+        if self.budget != d.budget {
+            put("local", self.budget.to_string());
+        }
+        if self.policy != d.policy {
+            put("policy", self.policy.name().into());
+        }
+        if self.prefetch != d.prefetch {
+            put("prefetch", self.prefetch.to_string());
+        }
+        if self.streams != d.streams {
+            put("streams", name_of(self.streams, &STREAMS).into());
+        }
+        if let Some(s) = &self.stats {
+            put("stats", s.clone());
+        }
+        if self.log != d.log {
+            put("log", name_of(self.log, &LOGS).into());
+        }
+        if self.handlers != d.handlers {
+            put("handlers", self.handlers.to_string());
+        }
+        if !self.token.is_empty() {
+            put("token", self.token.clone());
+        }
+        if self.dirty != d.dirty {
+            put("dirty", name_of(self.dirty, &DIRTY).into());
+        }
+        if self.reclaim != d.reclaim {
+            put("reclaim", name_of(self.reclaim, &RECLAIM).into());
+        }
+        if self.probe_ms != d.probe_ms {
+            put("probe", self.probe_ms.to_string());
+        }
+        if self.faults != d.faults {
+            put("faults", name_of(self.faults, &FAULTS).into());
+        }
+        out.join(",")
+    }
 }
 
 #[cfg(test)]
@@ -271,7 +378,8 @@ mod tests {
             "server=127.0.0.1:7070+mem2:7071,local=25%,policy=baseline,stats=/tmp/s.json,log=debug,handlers=2,token=t",
         )
         .unwrap();
-        assert_eq!(o.servers, vec!["127.0.0.1:7070", "mem2:7071"]);
+        let servers: Vec<String> = o.servers.iter().map(ToString::to_string).collect();
+        assert_eq!(servers, ["tcp://127.0.0.1:7070", "tcp://mem2:7071"]);
         assert_eq!(o.budget, Budget::Percent(25.0));
         assert_eq!(o.stats.as_deref(), Some("/tmp/s.json"));
         assert_eq!(o.log, LogLevel::Debug);
@@ -280,8 +388,8 @@ mod tests {
         assert_eq!(o.policy, Policy::Baseline);
         let o = parse("", "policy=memliner,prefetch=0,streams=class").unwrap();
         assert_eq!(
-            (o.policy, o.prefetch, o.streams_per_thread),
-            (Policy::MemLiner, 0, false)
+            (o.policy, o.prefetch, o.streams),
+            (Policy::MemLiner, 0, Streams::Class)
         );
     }
 
@@ -324,11 +432,37 @@ mod tests {
         assert!(parse("", "server=nohost")
             .unwrap_err()
             .contains("HOST:PORT"));
+        let e = parse("", "server=udp://h:1").unwrap_err();
+        assert!(
+            e.contains("'server'") && e.contains("unknown scheme 'udp://'"),
+            "{e}"
+        );
+        assert!(parse("", "stats=").unwrap_err().contains("file path"));
         assert!(parse("", "server=h:99999").is_err());
         assert!(parse("", "handlers=0").unwrap_err().contains("1 to 16"));
         assert!(parse("", "stats").unwrap_err().contains("no value"));
         assert!(parse("", "log=loud")
             .unwrap_err()
             .contains("error, warn, info, debug"));
+    }
+
+    #[test]
+    fn what_render_writes_parses_back_to_the_same_options() {
+        let cases = [
+            "",
+            "server=local",
+            "server=tcp://127.0.0.1:7070+mem2:7071,local=25%,policy=baseline",
+            "local=12.5%,prefetch=0,streams=class,stats=/tmp/s.json,log=debug,handlers=4",
+            "local=512m,token=t0k,dirty=assume,reclaim=clock,probe=0,faults=thread",
+            "server=[::1]:9,dirty=track,policy=off",
+        ];
+        for c in cases {
+            let o = parse("", c).unwrap();
+            let text = o.render();
+            assert_eq!(parse("", &text).unwrap(), o, "{c} -> {text}");
+        }
+        assert_eq!(Options::default().render(), "");
+        let o = parse("", "server=h:1,local=25%").unwrap();
+        assert_eq!(o.render(), "server=tcp://h:1,local=25%");
     }
 }

@@ -27,8 +27,8 @@ enum Cmd {
         /// Local memory budget: percent of the heap (25%) or a size (512m, 2g).
         #[arg(long, default_value = "25%")]
         local: String,
-        /// Memory server(s) HOST:PORT, several joined by '+'; default: an embedded server on
-        /// loopback, started for this run.
+        /// Memory server(s) as URLs, tcp://HOST:PORT (or HOST:PORT), several joined by '+';
+        /// default: an embedded server on loopback, started for this run.
         #[arg(long)]
         server: Option<String>,
         /// Paging policy: memliner (GC-aware), baseline (like kernel swap) or off (not paged).
@@ -83,11 +83,12 @@ enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
-    /// Serve memory to agents: `memliner server --listen 127.0.0.1:7070 --capacity 8g`.
+    /// Serve memory to agents: `memliner server --listen tcp://127.0.0.1:7070 --capacity 8g`.
     Server {
-        /// Address to listen on; loopback unless told otherwise.
-        #[arg(long, default_value = "127.0.0.1:7070")]
-        listen: String,
+        /// URL to listen on, tcp://HOST:PORT (or HOST:PORT; port 0: any free port); loopback
+        /// unless told otherwise.
+        #[arg(long, default_value = "tcp://127.0.0.1:7070")]
+        listen: swap_backend::ListenUrl,
         /// Bytes of page storage for all clients together (512m, 8g).
         #[arg(long, default_value = "8g")]
         capacity: String,
@@ -240,11 +241,15 @@ fn main() -> ExitCode {
                 token,
                 verbose,
             };
-            match swap_backend::server::spawn(&listen, cfg) {
+            let listen = listen.0;
+            match swap_backend::server::spawn(&listen.authority(), cfg) {
                 Ok(h) => {
+                    let at = swap_backend::ServerUrl {
+                        port: h.local_addr().port(),
+                        ..listen.clone()
+                    };
                     eprintln!(
-                        "memliner-server: listening on {} with {} for pages",
-                        h.local_addr(),
+                        "memliner-server: listening on {at} with {} for pages",
                         swap_backend::units::format_size(capacity_bytes)
                     );
                     h.wait();

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use memliner_agent::options::Options;
 use memliner_agent::stats::doc::StatsDoc;
 use swap_backend::server::{self, ServerConfig, ServerHandle};
 
@@ -14,7 +15,8 @@ pub struct RunConfig {
     pub agent: bool,
     /// `local=` value: `25%`, `512m`.
     pub local: String,
-    /// Memory servers (`HOST:PORT`, several joined by `+`); `None` starts an embedded one.
+    /// Memory servers (`tcp://HOST:PORT` or `HOST:PORT`, several joined by `+`); `None` starts
+    /// an embedded one.
     pub server: Option<String>,
     pub policy: String,
     pub stats: Option<PathBuf>,
@@ -138,46 +140,50 @@ impl RunOutcome {
     }
 }
 
+/// The agent's options for `cfg`, given the server to use: set key by key with the agent's
+/// own parser, so a bad value fails here with the agent's message, before a JVM starts.
+pub fn agent_options(
+    cfg: &RunConfig,
+    server: Option<&str>,
+    stats: &std::path::Path,
+) -> Result<Options, String> {
+    let mut o = Options::default();
+    let stats = stats.display().to_string();
+    let given = [
+        ("server", server),
+        ("local", Some(cfg.local.as_str())),
+        ("policy", Some(cfg.policy.as_str())),
+        ("stats", Some(stats.as_str())),
+        ("log", cfg.log.as_deref()),
+        ("token", cfg.token.as_deref()),
+        ("dirty", cfg.dirty.as_deref()),
+        ("streams", cfg.streams.as_deref()),
+        ("reclaim", cfg.reclaim.as_deref()),
+        ("faults", cfg.faults.as_deref()),
+    ];
+    for (key, value) in given {
+        if let Some(v) = value {
+            o.set(key, v)?;
+        }
+    }
+    if let Some(h) = cfg.handlers {
+        o.set("handlers", &h.to_string())?;
+    }
+    if let Some(p) = cfg.prefetch {
+        o.set("prefetch", &p.to_string())?;
+    }
+    Ok(o)
+}
+
 /// The `-agentpath:` argument for `cfg`, given the server to use.
 pub fn agent_arg(
     agent: &std::path::Path,
     cfg: &RunConfig,
     server: Option<&str>,
     stats: &std::path::Path,
-) -> String {
-    let mut opts = vec![
-        format!("local={}", cfg.local),
-        format!("policy={}", cfg.policy),
-        format!("stats={}", stats.display()),
-    ];
-    if let Some(s) = server {
-        opts.insert(0, format!("server={s}"));
-    }
-    if let Some(l) = &cfg.log {
-        opts.push(format!("log={l}"));
-    }
-    if let Some(h) = cfg.handlers {
-        opts.push(format!("handlers={h}"));
-    }
-    if let Some(t) = &cfg.token {
-        opts.push(format!("token={t}"));
-    }
-    if let Some(d) = &cfg.dirty {
-        opts.push(format!("dirty={d}"));
-    }
-    if let Some(p) = cfg.prefetch {
-        opts.push(format!("prefetch={p}"));
-    }
-    if let Some(s) = &cfg.streams {
-        opts.push(format!("streams={s}"));
-    }
-    if let Some(r) = &cfg.reclaim {
-        opts.push(format!("reclaim={r}"));
-    }
-    if let Some(f) = &cfg.faults {
-        opts.push(format!("faults={f}"));
-    }
-    format!("-agentpath:{}={}", agent.display(), opts.join(","))
+) -> Result<String, String> {
+    let o = agent_options(cfg, server, stats)?;
+    Ok(format!("-agentpath:{}={}", agent.display(), o.render()))
 }
 
 /// Starts an in-process memory server on a free loopback port.
@@ -232,7 +238,7 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
             ))
         });
         let _ = std::fs::remove_file(&stats);
-        let arg = agent_arg(&agent, cfg, server.as_deref(), &stats);
+        let arg = agent_arg(&agent, cfg, server.as_deref(), &stats)?;
         match &cfg.agent_env {
             Some(var) => {
                 cmd.env(var, arg);

@@ -416,6 +416,79 @@ fn memliner() -> Command {
     Command::new(env!("CARGO_BIN_EXE_memliner"))
 }
 
+/// Server addresses are URLs on both sides: the server says where it listens as one, a client
+/// reaches it at that URL, and a bad URL is one clear line from either command.
+#[test]
+fn servers_listen_and_are_reached_at_urls() {
+    use std::io::BufRead;
+    let mut server = memliner()
+        .args([
+            "server",
+            "--listen",
+            "tcp://127.0.0.1:0",
+            "--capacity",
+            "16m",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let at = line
+        .split_whitespace()
+        .find(|w| w.starts_with("tcp://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"));
+    let url: swap_backend::ServerUrl = at.parse().unwrap();
+    assert!(url.port > 0 && url.is_loopback(), "{line}");
+    let store = swap_backend::TcpStore::connect(
+        &url.authority(),
+        swap_backend::TcpOptions {
+            namespace: "url-test".into(),
+            connections: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    use swap_backend::PageStore;
+    let page = vec![0xa5u8; swap_backend::PAGE_SIZE];
+    store.write_pages(&[9], &page).unwrap();
+    let mut back = vec![0u8; swap_backend::PAGE_SIZE];
+    store.read_pages(&[9], &mut back).unwrap();
+    assert_eq!(back, page);
+    assert_eq!(store.describe(), url.to_string());
+    server.kill().unwrap();
+    let _ = server.wait();
+
+    let out = memliner()
+        .args(["server", "--listen", "udp://127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("unknown scheme 'udp://'"), "{err}");
+    let out = memliner()
+        .args([
+            "run",
+            "-q",
+            "--server",
+            "rdma://mem1:7070",
+            "--",
+            "java",
+            "-version",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("bad value for 'server'") && err.contains("unknown scheme 'rdma://'"),
+        "{err}"
+    );
+    assert!(!err.contains("version \""), "no JVM may start: {err}");
+}
+
 #[test]
 fn memory_server_killed_mid_run_stops_the_jvm_naming_server_and_page() {
     // A real server process on a port we pick by binding first.
@@ -532,7 +605,7 @@ fn unreachable_server_is_reported_before_the_jvm_runs() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains(&format!("cannot use memory server 127.0.0.1:{port}")),
+        err.contains(&format!("cannot use memory server tcp://127.0.0.1:{port}")),
         "{err}"
     );
 }

@@ -1,4 +1,5 @@
-//! Wire format shared by the TCP client and the memory server.
+//! Wire format shared by the TCP client and the memory server: frames, and the typed
+//! [`Request`]s and [`Reply`]s they carry, each encoded and decoded here only.
 //!
 //! Every frame is a fixed 20-byte header followed by `len` payload bytes, all little-endian:
 //!
@@ -24,6 +25,7 @@
 //! A frame with a bad magic, an unknown version or op, or a length over [`MAX_PAYLOAD`] is
 //! malformed: the server logs why and closes that connection only.
 
+use std::borrow::Cow;
 use std::io::{self, Read, Write};
 
 /// Size of one heap page on the wire.
@@ -306,6 +308,207 @@ impl ServerStats {
     }
 }
 
+/// A client's first frame: its token, its namespace and the lane the connection serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub token: String,
+    pub namespace: String,
+    pub lane: Lane,
+}
+
+impl Hello {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        encode_str(&mut v, &self.token);
+        encode_str(&mut v, &self.namespace);
+        v.push(self.lane as u8);
+        v
+    }
+
+    pub fn decode(p: &[u8]) -> Result<Hello, String> {
+        let (token, rest) = decode_str(p)?;
+        let (namespace, rest) = decode_str(rest)?;
+        let lane = Lane::decode(rest)?;
+        Ok(Hello {
+            token,
+            namespace,
+            lane,
+        })
+    }
+}
+
+/// The server's answer to a hello: its page size and its capacity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HelloOk {
+    pub page_size: u32,
+    pub capacity_pages: u64,
+}
+
+impl HelloOk {
+    pub fn encode(&self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        b[0..4].copy_from_slice(&self.page_size.to_le_bytes());
+        b[4..12].copy_from_slice(&self.capacity_pages.to_le_bytes());
+        b
+    }
+
+    pub fn decode(p: &[u8]) -> Result<HelloOk, String> {
+        if p.len() < 12 {
+            return Err(format!("hello reply of {} bytes, expected 12", p.len()));
+        }
+        Ok(HelloOk {
+            page_size: u32::from_le_bytes(p[0..4].try_into().unwrap()),
+            capacity_pages: u64::from_le_bytes(p[4..12].try_into().unwrap()),
+        })
+    }
+}
+
+/// What a client asks, decoded from a frame's op and payload (page data is borrowed).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    Hello(Hello),
+    Read {
+        ids: Cow<'a, [u64]>,
+    },
+    /// `data` holds `ids.len()` pages.
+    Write {
+        ids: Cow<'a, [u64]>,
+        data: &'a [u8],
+    },
+    Free {
+        ids: Cow<'a, [u64]>,
+    },
+    Stats,
+}
+
+impl<'a> Request<'a> {
+    pub fn op(&self) -> Op {
+        match self {
+            Request::Hello(_) => Op::Hello,
+            Request::Read { .. } => Op::Read,
+            Request::Write { .. } => Op::Write,
+            Request::Free { .. } => Op::Free,
+            Request::Stats => Op::Stats,
+        }
+    }
+
+    /// Decodes a request frame; an error says what is wrong with it (a reply op, a short or
+    /// inconsistent payload).
+    pub fn decode(op: Op, payload: &'a [u8]) -> Result<Request<'a>, String> {
+        let ids_only = |p: &'a [u8]| -> Result<Cow<'a, [u64]>, String> {
+            let (ids, rest) = decode_ids(p)?;
+            if !rest.is_empty() {
+                return Err(format!("{} bytes after the page ids", rest.len()));
+            }
+            Ok(ids.into())
+        };
+        Ok(match op {
+            Op::Hello => Request::Hello(Hello::decode(payload)?),
+            Op::Read => Request::Read {
+                ids: ids_only(payload)?,
+            },
+            Op::Write => {
+                let (ids, data) = decode_ids(payload)?;
+                if data.len() != ids.len() * PAGE_SIZE {
+                    return Err(format!(
+                        "write of {} pages carries {} data bytes",
+                        ids.len(),
+                        data.len()
+                    ));
+                }
+                Request::Write {
+                    ids: ids.into(),
+                    data,
+                }
+            }
+            Op::Free => Request::Free {
+                ids: ids_only(payload)?,
+            },
+            Op::Stats => Request::Stats,
+            other => return Err(format!("{other:?} is not a request")),
+        })
+    }
+
+    /// Writes the request as one frame (not flushed).
+    pub fn write_to(&self, w: &mut impl Write, request: u64) -> io::Result<()> {
+        match self {
+            Request::Hello(h) => write_frame(w, Op::Hello, request, &[&h.encode()]),
+            Request::Read { ids } | Request::Free { ids } => {
+                write_frame(w, self.op(), request, &[&encode_ids(ids)])
+            }
+            Request::Write { ids, data } => {
+                debug_assert_eq!(data.len(), ids.len() * PAGE_SIZE);
+                write_frame(w, Op::Write, request, &[&encode_ids(ids), data])
+            }
+            Request::Stats => write_frame(w, Op::Stats, request, &[]),
+        }
+    }
+}
+
+/// What the server answers, decoded from a frame's op and payload (page data is borrowed).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply<'a> {
+    HelloOk(HelloOk),
+    /// The pages read, in the order asked.
+    ReadOk(&'a [u8]),
+    WriteOk,
+    FreeOk,
+    StatsOk(ServerStats),
+    /// The request was refused: a [`code`] and a message for people.
+    Error {
+        code: u16,
+        message: String,
+    },
+}
+
+impl<'a> Reply<'a> {
+    pub fn op(&self) -> Op {
+        match self {
+            Reply::HelloOk(_) => Op::HelloOk,
+            Reply::ReadOk(_) => Op::ReadOk,
+            Reply::WriteOk => Op::WriteOk,
+            Reply::FreeOk => Op::FreeOk,
+            Reply::StatsOk(_) => Op::StatsOk,
+            Reply::Error { .. } => Op::Error,
+        }
+    }
+
+    pub fn decode(op: Op, payload: &'a [u8]) -> Result<Reply<'a>, String> {
+        Ok(match op {
+            Op::HelloOk => Reply::HelloOk(HelloOk::decode(payload)?),
+            Op::ReadOk => Reply::ReadOk(payload),
+            Op::WriteOk => Reply::WriteOk,
+            Op::FreeOk => Reply::FreeOk,
+            Op::StatsOk => {
+                Reply::StatsOk(ServerStats::decode(payload).ok_or("short stats reply".to_string())?)
+            }
+            Op::Error => Reply::Error {
+                code: payload
+                    .get(0..2)
+                    .map_or(0, |b| u16::from_le_bytes([b[0], b[1]])),
+                message: String::from_utf8_lossy(payload.get(2..).unwrap_or(&[])).into_owned(),
+            },
+            other => return Err(format!("{other:?} is not a reply")),
+        })
+    }
+
+    /// Writes the reply as one frame (not flushed).
+    pub fn write_to(&self, w: &mut impl Write, request: u64) -> io::Result<()> {
+        match self {
+            Reply::HelloOk(h) => write_frame(w, Op::HelloOk, request, &[&h.encode()]),
+            Reply::ReadOk(data) => write_frame(w, Op::ReadOk, request, &[data]),
+            Reply::WriteOk | Reply::FreeOk => write_frame(w, self.op(), request, &[]),
+            Reply::StatsOk(s) => write_frame(w, Op::StatsOk, request, &[&s.encode()]),
+            Reply::Error { code, message } => write_frame(
+                w,
+                Op::Error,
+                request,
+                &[&code.to_le_bytes(), message.as_bytes()],
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,5 +576,86 @@ mod tests {
             pages_written: 5,
         };
         assert_eq!(ServerStats::decode(&s.encode()), Some(s));
+    }
+
+    /// Writes `write` as a frame and decodes it back with `decode`.
+    fn frame<T>(write: impl Fn(&mut Vec<u8>), decode: impl Fn(Op, &[u8]) -> T) -> T {
+        let mut buf = Vec::new();
+        write(&mut buf);
+        let mut payload = Vec::new();
+        let h = read_frame(&mut buf.as_slice(), &mut payload).unwrap();
+        assert_eq!(h.request, 42);
+        decode(h.op, &payload)
+    }
+
+    #[test]
+    fn requests_and_replies_round_trip_through_frames() {
+        let page = vec![7u8; PAGE_SIZE * 2];
+        let requests = [
+            Request::Hello(Hello {
+                token: "t".into(),
+                namespace: "host/1/ab".into(),
+                lane: Lane::Reclaim,
+            }),
+            Request::Read {
+                ids: vec![1, 2].into(),
+            },
+            Request::Write {
+                ids: (&[3u64, 4][..]).into(),
+                data: &page,
+            },
+            Request::Free { ids: vec![].into() },
+            Request::Stats,
+        ];
+        for r in &requests {
+            let back = frame(
+                |b| r.write_to(b, 42).unwrap(),
+                |op, p| format!("{:?}", Request::decode(op, p).unwrap()),
+            );
+            assert_eq!(back, format!("{r:?}"));
+        }
+        let replies = [
+            Reply::HelloOk(HelloOk {
+                page_size: 4096,
+                capacity_pages: 9,
+            }),
+            Reply::ReadOk(&page),
+            Reply::WriteOk,
+            Reply::FreeOk,
+            Reply::StatsOk(ServerStats::default()),
+            Reply::Error {
+                code: code::CAPACITY,
+                message: "full".into(),
+            },
+        ];
+        for r in &replies {
+            let back = frame(
+                |b| r.write_to(b, 42).unwrap(),
+                |op, p| format!("{:?}", Reply::decode(op, p).unwrap()),
+            );
+            assert_eq!(back, format!("{r:?}"));
+        }
+    }
+
+    #[test]
+    fn inconsistent_messages_are_refused_with_a_reason() {
+        let mut w = encode_ids(&[1, 2]);
+        w.extend_from_slice(&[0u8; PAGE_SIZE]);
+        assert!(Request::decode(Op::Write, &w)
+            .unwrap_err()
+            .contains("write of 2 pages carries 4096"));
+        let mut r = encode_ids(&[1]);
+        r.push(0);
+        assert!(Request::decode(Op::Read, &r)
+            .unwrap_err()
+            .contains("after the page ids"));
+        assert!(Request::decode(Op::ReadOk, &[])
+            .unwrap_err()
+            .contains("not a request"));
+        assert!(Reply::decode(Op::Read, &[])
+            .unwrap_err()
+            .contains("not a reply"));
+        assert!(Reply::decode(Op::HelloOk, &[0; 4]).is_err());
+        assert!(Hello::decode(&[5, 0, b'a']).is_err());
     }
 }

@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::protocol::{self, code, read_frame, write_frame, FrameError, Op, PAGE_SIZE};
+use crate::protocol::{self, code, read_frame, FrameError, HelloOk, Reply, Request, PAGE_SIZE};
 
 /// How the server runs.
 #[derive(Clone, Debug)]
@@ -183,12 +183,11 @@ impl Drop for Attachment<'_> {
 }
 
 fn send_error(w: &mut impl Write, request: u64, code: u16, msg: &str) -> std::io::Result<()> {
-    write_frame(
-        w,
-        Op::Error,
-        request,
-        &[&code.to_le_bytes(), msg.as_bytes()],
-    )
+    Reply::Error {
+        code,
+        message: msg.into(),
+    }
+    .write_to(w, request)
 }
 
 fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
@@ -223,16 +222,18 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
     let Some(h) = read(&mut reader, &mut payload)? else {
         return Err("closed before hello".into());
     };
-    if h.op != Op::Hello {
-        let _ = send_error(&mut writer, h.request, code::BAD_REQUEST, "expected hello");
-        let _ = writer.flush();
-        return Err(format!("first frame was {:?}, not hello", h.op));
-    }
-    let (token, rest) = protocol::decode_str(&payload)?;
-    let (name, rest) = protocol::decode_str(rest)?;
-    let lane = protocol::Lane::decode(rest)?;
+    let hello = match Request::decode(h.op, &payload) {
+        Ok(Request::Hello(hello)) => hello,
+        Ok(other) => {
+            let _ = send_error(&mut writer, h.request, code::BAD_REQUEST, "expected hello");
+            let _ = writer.flush();
+            return Err(format!("first frame was {:?}, not hello", other.op()));
+        }
+        Err(e) => return Err(e),
+    };
+    let (name, lane) = (hello.namespace, hello.lane);
     if let Some(expected) = &shared.config.token {
-        if &token != expected {
+        if &hello.token != expected {
             let _ = send_error(&mut writer, h.request, code::AUTH, "bad token");
             let _ = writer.flush();
             return Err("bad token".into());
@@ -249,10 +250,12 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
         name: name.clone(),
         ns: ns.clone(),
     };
-    let mut ok = Vec::with_capacity(12);
-    ok.extend_from_slice(&(PAGE_SIZE as u32).to_le_bytes());
-    ok.extend_from_slice(&shared.capacity_pages.to_le_bytes());
-    write_frame(&mut writer, Op::HelloOk, h.request, &[&ok]).map_err(io)?;
+    Reply::HelloOk(HelloOk {
+        page_size: PAGE_SIZE as u32,
+        capacity_pages: shared.capacity_pages,
+    })
+    .write_to(&mut writer, h.request)
+    .map_err(io)?;
     writer.flush().map_err(io)?;
     if shared.config.verbose {
         eprintln!("memliner-server: client attached to namespace '{name}'");
@@ -274,14 +277,21 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
             writer.flush().map_err(io)?;
             return Err("closed by client".into());
         };
-        match h.op {
-            Op::Read => {
-                let (ids, _) = protocol::decode_ids(&payload)?;
+        let request = match Request::decode(h.op, &payload) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = send_error(&mut writer, h.request, code::BAD_REQUEST, &e);
+                let _ = writer.flush();
+                return Err(format!("bad {:?} frame from a client: {e}", h.op));
+            }
+        };
+        match request {
+            Request::Read { ids } => {
                 out.clear();
                 let missing = {
                     let pages = lock(&ns.pages);
                     let mut missing = None;
-                    for id in &ids {
+                    for id in ids.iter() {
                         match pages.get(id) {
                             Some(p) => out.extend_from_slice(p),
                             None => {
@@ -300,17 +310,11 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
                 shared
                     .pages_read
                     .fetch_add(ids.len() as u64, Ordering::Relaxed);
-                write_frame(&mut writer, Op::ReadOk, h.request, &[&out]).map_err(io)?;
+                Reply::ReadOk(&out)
+                    .write_to(&mut writer, h.request)
+                    .map_err(io)?;
             }
-            Op::Write => {
-                let (ids, data) = protocol::decode_ids(&payload)?;
-                if data.len() != ids.len() * PAGE_SIZE {
-                    return Err(format!(
-                        "write of {} pages carries {} data bytes",
-                        ids.len(),
-                        data.len()
-                    ));
-                }
+            Request::Write { ids, data } => {
                 let mut pages = lock(&ns.pages);
                 let new = ids.iter().filter(|id| !pages.contains_key(id)).count() as u64;
                 let reserved =
@@ -341,18 +345,19 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
                 shared
                     .pages_written
                     .fetch_add(ids.len() as u64, Ordering::Relaxed);
-                write_frame(&mut writer, Op::WriteOk, h.request, &[]).map_err(io)?;
+                Reply::WriteOk
+                    .write_to(&mut writer, h.request)
+                    .map_err(io)?;
             }
-            Op::Free => {
-                let (ids, _) = protocol::decode_ids(&payload)?;
+            Request::Free { ids } => {
                 let freed = {
                     let mut pages = lock(&ns.pages);
                     ids.iter().filter(|id| pages.remove(id).is_some()).count() as u64
                 };
                 shared.used_pages.fetch_sub(freed, Ordering::SeqCst);
-                write_frame(&mut writer, Op::FreeOk, h.request, &[]).map_err(io)?;
+                Reply::FreeOk.write_to(&mut writer, h.request).map_err(io)?;
             }
-            Op::Stats => {
+            Request::Stats => {
                 let stats = protocol::ServerStats {
                     pages_stored: shared.used_pages.load(Ordering::Relaxed),
                     capacity_pages: shared.capacity_pages,
@@ -360,12 +365,14 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
                     pages_read: shared.pages_read.load(Ordering::Relaxed),
                     pages_written: shared.pages_written.load(Ordering::Relaxed),
                 };
-                write_frame(&mut writer, Op::StatsOk, h.request, &[&stats.encode()]).map_err(io)?;
+                Reply::StatsOk(stats)
+                    .write_to(&mut writer, h.request)
+                    .map_err(io)?;
             }
-            other => {
-                let _ = send_error(&mut writer, h.request, code::BAD_REQUEST, "unexpected op");
+            Request::Hello(_) => {
+                let _ = send_error(&mut writer, h.request, code::BAD_REQUEST, "second hello");
                 let _ = writer.flush();
-                return Err(format!("unexpected {other:?} frame from a client"));
+                return Err("a second hello on one connection".into());
             }
         }
     }

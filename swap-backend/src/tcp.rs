@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 pub use crate::protocol::Lane;
-use crate::protocol::{self, code, read_frame, write_frame, Op, MAX_BATCH, PAGE_SIZE};
+use crate::protocol::{self, code, read_frame, Hello, Op, Reply, Request, MAX_BATCH, PAGE_SIZE};
 use crate::store::{PageStore, StoreError};
 
 thread_local! {
@@ -98,13 +98,7 @@ impl TcpStore {
         }
     }
 
-    fn refused(&self, payload: &[u8]) -> StoreError {
-        let code = if payload.len() >= 2 {
-            u16::from_le_bytes([payload[0], payload[1]])
-        } else {
-            0
-        };
-        let message = String::from_utf8_lossy(payload.get(2..).unwrap_or(&[])).into_owned();
+    fn refused(&self, code: u16, message: String) -> StoreError {
         StoreError::Refused {
             store: self.describe(),
             code,
@@ -140,26 +134,30 @@ impl TcpStore {
             next_request: 1,
             lane,
         };
-        let mut hello = Vec::new();
-        protocol::encode_str(&mut hello, &self.options.token);
-        protocol::encode_str(&mut hello, &self.options.namespace);
-        hello.push(lane as u8);
-        write_frame(&mut conn.writer, Op::Hello, 0, &[&hello]).map_err(|e| self.io(e))?;
+        Request::Hello(Hello {
+            token: self.options.token.clone(),
+            namespace: self.options.namespace.clone(),
+            lane,
+        })
+        .write_to(&mut conn.writer, 0)
+        .map_err(|e| self.io(e))?;
         conn.writer.flush().map_err(|e| self.io(e))?;
         let mut payload = Vec::new();
         let h = read_frame(&mut conn.reader, &mut payload).map_err(|e| self.frame_error(e))?;
-        match h.op {
-            Op::HelloOk if payload.len() >= 12 => {
-                let page = u32::from_le_bytes(payload[0..4].try_into().unwrap());
-                if page as usize != PAGE_SIZE {
+        match Reply::decode(h.op, &payload).map_err(|e| self.protocol_error(e))? {
+            Reply::HelloOk(ok) => {
+                if ok.page_size as usize != PAGE_SIZE {
                     return Err(self.protocol_error(format!(
-                        "server pages are {page} bytes, this client's are {PAGE_SIZE}"
+                        "server pages are {} bytes, this client's are {PAGE_SIZE}",
+                        ok.page_size
                     )));
                 }
-                Ok((conn, u64::from_le_bytes(payload[4..12].try_into().unwrap())))
+                Ok((conn, ok.capacity_pages))
             }
-            Op::Error => Err(self.refused(&payload)),
-            _ => Err(self.protocol_error(format!("unexpected {:?} in reply to hello", h.op))),
+            Reply::Error { code, message } => Err(self.refused(code, message)),
+            other => {
+                Err(self.protocol_error(format!("unexpected {:?} in reply to hello", other.op())))
+            }
         }
     }
 
@@ -192,14 +190,15 @@ impl TcpStore {
         result
     }
 
-    /// Sends `requests` (op + payload pieces) with at most [`WINDOW`] in flight and hands each
-    /// reply payload, in order, to `on_reply` after checking it has the `expect`ed op.
+    /// Sends `requests` with at most [`WINDOW`] in flight and hands each reply, in order, to
+    /// `on_reply` after checking it answers its request with the `expect`ed op (a refusal is
+    /// the server's error).
     fn pipeline(
         &self,
         conn: &mut Conn,
-        requests: &[(Op, Vec<&[u8]>)],
+        requests: &[Request<'_>],
         expect: Op,
-        mut on_reply: impl FnMut(usize, &[u8]) -> Result<(), StoreError>,
+        mut on_reply: impl FnMut(usize, Reply<'_>) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         let first = conn.next_request;
         conn.next_request += requests.len() as u64;
@@ -207,8 +206,8 @@ impl TcpStore {
         let mut payload = Vec::new();
         for done in 0..requests.len() {
             while sent < requests.len() && sent < done + WINDOW {
-                let (op, parts) = &requests[sent];
-                write_frame(&mut conn.writer, *op, first + sent as u64, parts)
+                requests[sent]
+                    .write_to(&mut conn.writer, first + sent as u64)
                     .map_err(|e| self.io(e))?;
                 sent += 1;
             }
@@ -218,8 +217,9 @@ impl TcpStore {
                 spin_until_readable(conn.reader.get_ref());
             }
             let h = read_frame(&mut conn.reader, &mut payload).map_err(|e| self.frame_error(e))?;
-            if h.op == Op::Error {
-                return Err(self.refused(&payload));
+            let reply = Reply::decode(h.op, &payload).map_err(|e| self.protocol_error(e))?;
+            if let Reply::Error { code, message } = reply {
+                return Err(self.refused(code, message));
             }
             if h.op != expect || h.request != first + done as u64 {
                 return Err(self.protocol_error(format!(
@@ -229,7 +229,7 @@ impl TcpStore {
                     h.request
                 )));
             }
-            on_reply(done, &payload)?;
+            on_reply(done, reply)?;
         }
         Ok(())
     }
@@ -238,11 +238,13 @@ impl TcpStore {
     pub fn server_stats(&self) -> Result<protocol::ServerStats, StoreError> {
         self.with_conn(|conn| {
             let mut stats = None;
-            self.pipeline(conn, &[(Op::Stats, vec![])], Op::StatsOk, |_, p| {
-                stats = protocol::ServerStats::decode(p);
+            self.pipeline(conn, &[Request::Stats], Op::StatsOk, |_, r| {
+                if let Reply::StatsOk(s) = r {
+                    stats = Some(s);
+                }
                 Ok(())
             })?;
-            stats.ok_or_else(|| self.protocol_error("short stats reply".into()))
+            stats.ok_or_else(|| self.protocol_error("no stats in the stats reply".into()))
         })
     }
 }
@@ -250,23 +252,25 @@ impl TcpStore {
 impl PageStore for TcpStore {
     fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
         assert_eq!(out.len(), ids.len() * PAGE_SIZE);
-        let encoded: Vec<Vec<u8>> = ids.chunks(MAX_BATCH).map(protocol::encode_ids).collect();
-        let requests: Vec<(Op, Vec<&[u8]>)> = encoded
-            .iter()
-            .map(|e| (Op::Read, vec![e.as_slice()]))
+        let requests: Vec<Request<'_>> = ids
+            .chunks(MAX_BATCH)
+            .map(|c| Request::Read { ids: c.into() })
             .collect();
         self.with_conn(|conn| {
             let mut chunks = out.chunks_mut(MAX_BATCH * PAGE_SIZE);
-            self.pipeline(conn, &requests, Op::ReadOk, |_, payload| {
+            self.pipeline(conn, &requests, Op::ReadOk, |_, reply| {
                 let dst = chunks.next().unwrap();
-                if payload.len() != dst.len() {
+                let Reply::ReadOk(data) = reply else {
+                    unreachable!("pipeline checked the op")
+                };
+                if data.len() != dst.len() {
                     return Err(self.protocol_error(format!(
                         "read reply of {} bytes for {} pages",
-                        payload.len(),
+                        data.len(),
                         dst.len() / PAGE_SIZE
                     )));
                 }
-                dst.copy_from_slice(payload);
+                dst.copy_from_slice(data);
                 Ok(())
             })
         })
@@ -274,20 +278,21 @@ impl PageStore for TcpStore {
 
     fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
         assert_eq!(data.len(), ids.len() * PAGE_SIZE);
-        let encoded: Vec<Vec<u8>> = ids.chunks(MAX_BATCH).map(protocol::encode_ids).collect();
-        let requests: Vec<(Op, Vec<&[u8]>)> = encoded
-            .iter()
+        let requests: Vec<Request<'_>> = ids
+            .chunks(MAX_BATCH)
             .zip(data.chunks(MAX_BATCH * PAGE_SIZE))
-            .map(|(e, d)| (Op::Write, vec![e.as_slice(), d]))
+            .map(|(c, d)| Request::Write {
+                ids: c.into(),
+                data: d,
+            })
             .collect();
         self.with_conn(|conn| self.pipeline(conn, &requests, Op::WriteOk, |_, _| Ok(())))
     }
 
     fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
-        let encoded: Vec<Vec<u8>> = ids.chunks(MAX_BATCH).map(protocol::encode_ids).collect();
-        let requests: Vec<(Op, Vec<&[u8]>)> = encoded
-            .iter()
-            .map(|e| (Op::Free, vec![e.as_slice()]))
+        let requests: Vec<Request<'_>> = ids
+            .chunks(MAX_BATCH)
+            .map(|c| Request::Free { ids: c.into() })
             .collect();
         self.with_conn(|conn| self.pipeline(conn, &requests, Op::FreeOk, |_, _| Ok(())))
     }

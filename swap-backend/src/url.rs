@@ -1,0 +1,176 @@
+//! Memory server addresses as URLs: `tcp://HOST:PORT`, or a bare `HOST:PORT` (TCP, as before
+//! URLs). One type for every place that names a server: the agent's `server=`, `memliner run
+//! --server`, `memliner server --listen`, and the stats (which print it back).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// How the pages travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// Two-sided requests over a TCP connection (`tcp://`).
+    Tcp,
+}
+
+impl Scheme {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::Tcp => "tcp",
+        }
+    }
+}
+
+/// A memory server's address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerUrl {
+    pub scheme: Scheme,
+    /// A host name, an IPv4 address, or an IPv6 address without its brackets.
+    pub host: String,
+    pub port: u16,
+}
+
+impl ServerUrl {
+    /// `HOST:PORT` as socket calls take it (IPv6 in brackets).
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// Whether the host is a loopback address (or `localhost`).
+    pub fn is_loopback(&self) -> bool {
+        self.host == "localhost"
+            || self
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+}
+
+impl fmt::Display for ServerUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}", self.scheme.name(), self.authority())
+    }
+}
+
+impl FromStr for ServerUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ServerUrl, String> {
+        let (scheme, rest) = match s.split_once("://") {
+            Some(("tcp", rest)) => (Scheme::Tcp, rest),
+            Some(("fabric", _)) => {
+                return Err(format!(
+                    "'{s}': fabric:// (one-sided RDMA through libfabric) is not in this build yet; use tcp://"
+                ))
+            }
+            Some((other, _)) => {
+                return Err(format!(
+                    "'{s}': unknown scheme '{other}://' (expected tcp://HOST:PORT, or HOST:PORT)"
+                ))
+            }
+            None => (Scheme::Tcp, s),
+        };
+        let bad = |why: &str| format!("'{s}': {why} (expected tcp://HOST:PORT, or HOST:PORT)");
+        if rest.contains('/') {
+            return Err(bad("a server address has no path"));
+        }
+        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+            let (h, p) = v6
+                .split_once("]:")
+                .ok_or_else(|| bad("an IPv6 address is written [ADDR]:PORT"))?;
+            h.parse::<std::net::Ipv6Addr>()
+                .map_err(|_| bad("not an IPv6 address in the brackets"))?;
+            (h, p)
+        } else {
+            rest.rsplit_once(':').ok_or_else(|| bad("no port"))?
+        };
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        if host.contains(':') && !rest.starts_with('[') {
+            return Err(bad("an IPv6 address is written [ADDR]:PORT"));
+        }
+        let port = port
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| bad("the port must be a number from 1 to 65535"))?;
+        Ok(ServerUrl {
+            scheme,
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+/// A listening address: like [`ServerUrl`], but port 0 (any free port) is allowed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenUrl(pub ServerUrl);
+
+impl FromStr for ListenUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ListenUrl, String> {
+        // Port 0 is the one difference: parse with a stand-in port, then put 0 back.
+        if let Some(head) = s.strip_suffix(":0") {
+            let mut u: ServerUrl = format!("{head}:1").parse()?;
+            u.port = 0;
+            return Ok(ListenUrl(u));
+        }
+        s.parse().map(ListenUrl)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(s: &str) -> ServerUrl {
+        s.parse().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn bare_addresses_are_tcp_and_print_as_urls() {
+        let u = url("mem1:7070");
+        assert_eq!(
+            (u.scheme, u.host.as_str(), u.port),
+            (Scheme::Tcp, "mem1", 7070)
+        );
+        assert_eq!(u.to_string(), "tcp://mem1:7070");
+        assert_eq!(url("tcp://10.0.0.2:1").authority(), "10.0.0.2:1");
+        let v6 = url("tcp://[::1]:7070");
+        assert_eq!(v6.host, "::1");
+        assert_eq!(v6.to_string(), "tcp://[::1]:7070");
+        assert!(v6.is_loopback() && url("localhost:1").is_loopback());
+        assert!(!url("10.1.1.1:9").is_loopback());
+        // What Display prints parses back to the same address.
+        for s in ["a:1", "tcp://h.example:65535", "[fe80::1]:80"] {
+            assert_eq!(url(&url(s).to_string()), url(s));
+        }
+    }
+
+    #[test]
+    fn bad_addresses_say_what_is_wrong() {
+        let err = |s: &str| s.parse::<ServerUrl>().unwrap_err();
+        assert!(err("rdma://h:1").contains("unknown scheme 'rdma://'"));
+        assert!(err("fabric://h:1").contains("not in this build"));
+        assert!(err("h").contains("no port"));
+        assert!(err(":7070").contains("no host"));
+        assert!(err("h:0").contains("1 to 65535"));
+        assert!(err("h:70000").contains("1 to 65535"));
+        assert!(err("tcp://h:1/x").contains("no path"));
+        assert!(err("::1:7070").contains("[ADDR]:PORT"));
+        assert!(err("[zz]:1").contains("IPv6"));
+    }
+
+    #[test]
+    fn listeners_may_take_any_free_port() {
+        let l: ListenUrl = "tcp://127.0.0.1:0".parse().unwrap();
+        assert_eq!(l.0.port, 0);
+        assert_eq!(l.0.authority(), "127.0.0.1:0");
+        assert!("127.0.0.1:x".parse::<ListenUrl>().is_err());
+    }
+}
