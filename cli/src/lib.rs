@@ -4,6 +4,7 @@
 #![deny(missing_debug_implementations)]
 
 pub mod bench;
+pub mod doctor;
 pub mod locate;
 pub mod run;
 pub mod summary;

@@ -159,8 +159,19 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
-    /// Check that this machine can run the agent.
-    Doctor,
+    /// Check that this machine can run the agent: kernel and userfaultfd, the agent, the JDK
+    /// (version, collectors, GC hooks, heap discovery), the RDMA stack, memory servers.
+    Doctor {
+        /// The java to check (default: $JAVA_HOME/bin/java, else java on PATH).
+        #[arg(long)]
+        java: Option<PathBuf>,
+        /// A memory server to reach (URL; repeatable, or several joined by '+').
+        #[arg(long, value_delimiter = '+')]
+        server: Vec<swap_backend::ServerUrl>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -371,7 +382,23 @@ fn main() -> ExitCode {
                 Err(e) => fail(e),
             }
         }
-        Cmd::Doctor => doctor(),
+        Cmd::Doctor { java, server, json } => {
+            let java = java.unwrap_or_else(locate::java);
+            let r = memliner_cli::doctor::run(&java, &server);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r).expect("a report serializes")
+                );
+            } else {
+                print!("{}", r.text());
+            }
+            if r.failed() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
     }
 }
 
@@ -470,54 +497,4 @@ fn demo(workload: &str, local: &str, gc: &str) -> Result<(), String> {
         return Err("a paged run computed a different checksum".into());
     }
     Ok(())
-}
-
-fn doctor() -> ExitCode {
-    let mut ok = true;
-    let mut check = |what: &str, r: Result<String, String>| match r {
-        Ok(s) => println!("ok    {what}: {s}"),
-        Err(e) => {
-            ok = false;
-            println!("FAIL  {what}: {e}")
-        }
-    };
-    check(
-        "userfaultfd with write-protect, thread ids and unmap events",
-        memliner_agent::uffd::Uffd::open(
-            memliner_agent::uffd::FEATURE_PAGEFAULT_FLAG_WP
-                | memliner_agent::uffd::FEATURE_THREAD_ID
-                | memliner_agent::uffd::FEATURE_EVENT_UNMAP,
-        )
-        .map(|u| {
-            if u.user_mode_only() {
-                "available for user-mode faults only (vm.unprivileged_userfaultfd=0 and no access to /dev/userfaultfd)".into()
-            } else {
-                format!("available (features {:#x})", u.features())
-            }
-        })
-        .map_err(|e| format!("{e}; as root: sysctl vm.unprivileged_userfaultfd=1 or give access to /dev/userfaultfd")),
-    );
-    check(
-        "agent library",
-        locate::agent().map(|p| p.display().to_string()),
-    );
-    check(
-        "java",
-        std::process::Command::new(locate::java())
-            .arg("-version")
-            .output()
-            .map_err(|e| format!("cannot run java: {e}"))
-            .map(|o| {
-                String::from_utf8_lossy(&o.stderr)
-                    .lines()
-                    .next()
-                    .unwrap_or("?")
-                    .to_string()
-            }),
-    );
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
 }

@@ -416,6 +416,76 @@ fn memliner() -> Command {
     Command::new(env!("CARGO_BIN_EXE_memliner"))
 }
 
+/// `memliner doctor --json`: every check named with a status, the JDK's heap found with the
+/// agent, a live server reached and a dead one failed with its fix (and exit code 1).
+#[test]
+fn doctor_checks_the_machine_the_jdk_and_the_servers() {
+    let live = swap_backend::server::spawn(
+        "127.0.0.1:0",
+        swap_backend::server::ServerConfig {
+            capacity_bytes: 64 << 20,
+            token: None,
+            verbose: false,
+        },
+    )
+    .unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = memliner()
+        .args(["doctor", "--json", "--java"])
+        .arg(java())
+        .args(["--server", &format!("tcp://{}", live.local_addr())])
+        .args(["--server", &format!("127.0.0.1:{dead}")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "a dead server fails the report");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = r["checks"].as_array().unwrap();
+    let get = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no check {name}: {r}"))
+    };
+    for c in checks {
+        assert!(
+            ["ok", "warn", "fail"].contains(&c["status"].as_str().unwrap()),
+            "{c}"
+        );
+        assert!(!c["detail"].as_str().unwrap().is_empty(), "{c}");
+        if c["status"] != "ok" {
+            assert!(
+                c["fix"].is_string(),
+                "a check that is not ok says what to do: {c}"
+            );
+        }
+    }
+    assert_eq!(get("userfaultfd")["status"], "ok");
+    assert_eq!(get("java")["status"], "ok");
+    let heap = get("heap discovery");
+    assert_eq!(heap["status"], "ok", "{heap}");
+    assert!(
+        heap["detail"].as_str().unwrap().contains("64 MiB"),
+        "{heap}"
+    );
+    let ok = get(&format!("server tcp://{}", live.local_addr()));
+    assert_eq!(ok["status"], "ok", "{ok}");
+    assert!(
+        ok["detail"].as_str().unwrap().contains("64 MiB capacity"),
+        "{ok}"
+    );
+    let bad = get(&format!("server tcp://127.0.0.1:{dead}"));
+    assert_eq!(bad["status"], "fail");
+    assert!(bad["detail"].as_str().unwrap().contains("refused"), "{bad}");
+    // The RDMA stack is listed whatever this machine has.
+    assert_eq!(r["rdma"]["libraries"].as_array().unwrap().len(), 3);
+    assert!(["ok", "warn"].contains(&get("rdma devices")["status"].as_str().unwrap()));
+    live.stop();
+}
+
 /// Server addresses are URLs on both sides: the server says where it listens as one, a client
 /// reaches it at that URL, and a bad URL is one clear line from either command.
 #[test]

@@ -9,6 +9,7 @@
 pub mod conformance;
 pub mod cpu;
 pub mod protocol;
+pub mod rdma_stack;
 pub mod server;
 pub mod spin;
 pub mod store;
