@@ -308,6 +308,40 @@ fn rdma_checks(rdma: &Rdma) -> Vec<Check> {
             "apt-get install libfabric1 (and rdma-core's libibverbs1 on hosts with an RDMA NIC)",
         ),
     )];
+    if fabric {
+        out.push(match swap_backend::fabric_ffi::load().and_then(|l| {
+            l.providers(
+                swap_backend::fabric_ffi::FI_RMA | swap_backend::fabric_ffi::FI_MSG,
+                swap_backend::fabric_ffi::EpType::Msg,
+            )
+        }) {
+            Ok(p) if !p.is_empty() => {
+                let mut names: Vec<String> = p
+                    .iter()
+                    .map(|p| format!("{} ({})", p.provider, p.domain))
+                    .collect();
+                names.dedup();
+                check(
+                    "libfabric providers",
+                    Status::Ok,
+                    format!("one-sided (FI_RMA, FI_EP_MSG): {}", names.join(", ")),
+                    None,
+                )
+            }
+            Ok(_) => check(
+                "libfabric providers",
+                Status::Warn,
+                "none offers one-sided reads and writes on connected endpoints (FI_RMA, FI_EP_MSG)",
+                Some("unset FI_PROVIDER, or install the provider's package"),
+            ),
+            Err(e) => check(
+                "libfabric providers",
+                Status::Warn,
+                e,
+                Some("libfabric 1.17 or later"),
+            ),
+        });
+    }
     out.push(match &rdma.devices {
         None => check(
             "rdma devices",

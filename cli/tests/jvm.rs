@@ -416,6 +416,32 @@ fn memliner() -> Command {
     Command::new(env!("CARGO_BIN_EXE_memliner"))
 }
 
+/// The RDMA stack is loaded at run time, never linked: the agent and the command start on a
+/// machine without libfabric or libibverbs.
+#[test]
+fn no_rdma_library_is_linked() {
+    for bin in [
+        locate::agent().unwrap(),
+        std::path::PathBuf::from(env!("CARGO_BIN_EXE_memliner")),
+    ] {
+        let out = Command::new("readelf")
+            .arg("-d")
+            .arg(&bin)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "readelf -d {}", bin.display());
+        let dynamic = String::from_utf8_lossy(&out.stdout);
+        assert!(dynamic.contains("(NEEDED)"), "{dynamic}");
+        for lib in ["libfabric", "libibverbs", "librdmacm"] {
+            assert!(
+                !dynamic.contains(lib),
+                "{} links {lib}:\n{dynamic}",
+                bin.display()
+            );
+        }
+    }
+}
+
 /// `memliner doctor --json`: every check named with a status, the JDK's heap found with the
 /// agent, a live server reached and a dead one failed with its fix (and exit code 1).
 #[test]

@@ -1,0 +1,320 @@
+//! libfabric, loaded at run time: the one module that calls into it, and all of the unsafe
+//! that takes.
+//!
+//! Nothing links against libfabric: `libfabric.so.1` is opened with `dlopen` when first asked
+//! for, and each entry point is looked up at the symbol version whose structure layout the
+//! declarations below copy (`fi_getinfo`, `fi_dupinfo` and `fi_freeinfo` at `FABRIC_1.3`, the
+//! `fi_info` with a `nic` field; `fi_version` and `fi_strerror` at `FABRIC_1.0`). A machine
+//! without libfabric builds, runs and tests everything else; one with it (Debian's 1.17, or
+//! any later release, which keeps these versions) needs no rebuild. The layouts are those of
+//! `<rdma/fabric.h>`; only the fields read here are declared past the last one needed.
+
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::OnceLock;
+
+/// `FI_VERSION(1, 17)`: the API this module speaks (Debian 12's libfabric).
+pub const API_VERSION: u32 = (1 << 16) | 17;
+/// `FI_MSG`, `FI_RMA`: capability bits of `fi_info.caps`.
+pub const FI_MSG: u64 = 1 << 1;
+pub const FI_RMA: u64 = 1 << 2;
+
+/// `enum fi_ep_type`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(dead_code)] // variants are written by the library
+pub enum EpType {
+    Unspec = 0,
+    Msg = 1,
+    Dgram = 2,
+    Rdm = 3,
+    SockStream = 4,
+    SockDgram = 5,
+}
+
+impl EpType {
+    fn name(raw: c_int) -> &'static str {
+        match raw {
+            1 => "FI_EP_MSG",
+            2 => "FI_EP_DGRAM",
+            3 => "FI_EP_RDM",
+            4 => "FI_EP_SOCK_STREAM",
+            5 => "FI_EP_SOCK_DGRAM",
+            _ => "FI_EP_UNSPEC",
+        }
+    }
+}
+
+/// `struct fi_fabric_attr`.
+#[repr(C)]
+struct FabricAttr {
+    fabric: *mut c_void,
+    name: *mut c_char,
+    prov_name: *mut c_char,
+    prov_version: u32,
+    api_version: u32,
+}
+
+/// `struct fi_domain_attr`, its first fields.
+#[repr(C)]
+struct DomainAttr {
+    domain: *mut c_void,
+    name: *mut c_char,
+}
+
+/// `struct fi_ep_attr`, its first field (`enum fi_ep_type type`).
+#[repr(C)]
+struct EpAttr {
+    ep_type: c_int,
+}
+
+/// `struct fi_info` (FABRIC_1.3 and later).
+#[repr(C)]
+struct Info {
+    next: *mut Info,
+    caps: u64,
+    mode: u64,
+    addr_format: u32,
+    src_addrlen: usize,
+    dest_addrlen: usize,
+    src_addr: *mut c_void,
+    dest_addr: *mut c_void,
+    handle: *mut c_void,
+    tx_attr: *mut c_void,
+    rx_attr: *mut c_void,
+    ep_attr: *mut EpAttr,
+    domain_attr: *mut DomainAttr,
+    fabric_attr: *mut FabricAttr,
+    nic: *mut c_void,
+}
+
+type GetInfoFn = unsafe extern "C" fn(
+    version: u32,
+    node: *const c_char,
+    service: *const c_char,
+    flags: u64,
+    hints: *const Info,
+    info: *mut *mut Info,
+) -> c_int;
+type DupInfoFn = unsafe extern "C" fn(info: *const Info) -> *mut Info;
+type FreeInfoFn = unsafe extern "C" fn(info: *mut Info);
+type VersionFn = unsafe extern "C" fn() -> u32;
+type StrErrorFn = unsafe extern "C" fn(errnum: c_int) -> *const c_char;
+
+/// The loaded library's entry points.
+pub struct Libfabric {
+    getinfo: GetInfoFn,
+    dupinfo: DupInfoFn,
+    freeinfo: FreeInfoFn,
+    version: VersionFn,
+    strerror: StrErrorFn,
+}
+
+impl std::fmt::Debug for Libfabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (major, minor) = self.version();
+        write!(f, "Libfabric({major}.{minor})")
+    }
+}
+
+/// One provider/domain `fi_getinfo` offers.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Provider {
+    /// `tcp`, `verbs`, `efa`, `shm`, ... (`ofi_rxm;verbs` for layered ones).
+    pub provider: String,
+    pub fabric: String,
+    pub domain: String,
+    pub ep_type: &'static str,
+    /// Whether it does one-sided reads and writes (`FI_RMA`).
+    pub rma: bool,
+}
+
+static LIB: OnceLock<Result<Libfabric, String>> = OnceLock::new();
+
+/// libfabric, loaded on first use; the error says why it cannot be (not installed, or too old
+/// for the symbol versions above).
+pub fn load() -> Result<&'static Libfabric, String> {
+    LIB.get_or_init(open).as_ref().map_err(Clone::clone)
+}
+
+fn loader_error() -> String {
+    // SAFETY: dlerror returns a thread-local C string or NULL.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        "unknown loader error".into()
+    } else {
+        // SAFETY: non-null: a NUL-terminated message owned by the loader.
+        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+    }
+}
+
+fn open() -> Result<Libfabric, String> {
+    // SAFETY: a constant C string; the handle is kept for the life of the process (the entry
+    // points below point into it).
+    let h = unsafe {
+        libc::dlopen(
+            c"libfabric.so.1".as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_LOCAL,
+        )
+    };
+    if h.is_null() {
+        return Err(format!("cannot load libfabric.so.1: {}", loader_error()));
+    }
+    let sym = |name: &str, version: &str| -> Result<*mut c_void, String> {
+        let (n, v) = (CString::new(name).unwrap(), CString::new(version).unwrap());
+        // SAFETY: a live handle and two C strings.
+        let p = unsafe { libc::dlvsym(h, n.as_ptr(), v.as_ptr()) };
+        if p.is_null() {
+            Err(format!(
+                "libfabric.so.1 has no {name}@{version}: {}",
+                loader_error()
+            ))
+        } else {
+            Ok(p)
+        }
+    };
+    // SAFETY: each symbol is the libfabric function of that name at that version, whose C
+    // signature the type it is transmuted to copies.
+    unsafe {
+        Ok(Libfabric {
+            getinfo: std::mem::transmute::<*mut c_void, GetInfoFn>(sym(
+                "fi_getinfo",
+                "FABRIC_1.3",
+            )?),
+            dupinfo: std::mem::transmute::<*mut c_void, DupInfoFn>(sym(
+                "fi_dupinfo",
+                "FABRIC_1.3",
+            )?),
+            freeinfo: std::mem::transmute::<*mut c_void, FreeInfoFn>(sym(
+                "fi_freeinfo",
+                "FABRIC_1.3",
+            )?),
+            version: std::mem::transmute::<*mut c_void, VersionFn>(sym(
+                "fi_version",
+                "FABRIC_1.0",
+            )?),
+            strerror: std::mem::transmute::<*mut c_void, StrErrorFn>(sym(
+                "fi_strerror",
+                "FABRIC_1.0",
+            )?),
+        })
+    }
+}
+
+/// A C string field, empty when NULL.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that outlives the call.
+unsafe fn text(p: *const c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        // SAFETY: per the contract above.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+impl Libfabric {
+    /// The library's (major, minor) version.
+    pub fn version(&self) -> (u32, u32) {
+        // SAFETY: fi_version takes nothing and returns a number.
+        let v = unsafe { (self.version)() };
+        (v >> 16, v & 0xffff)
+    }
+
+    /// libfabric's message for a (negative or positive) error number.
+    pub fn strerror(&self, err: c_int) -> String {
+        // SAFETY: fi_strerror returns a static string for any number.
+        unsafe { text((self.strerror)(err.abs())) }
+    }
+
+    /// The providers `fi_getinfo` offers with capabilities `caps` on endpoints of `ep_type`
+    /// (the `FI_PROVIDER` environment variable narrows them, as in every libfabric program).
+    /// No provider at all is an empty list, not an error.
+    pub fn providers(&self, caps: u64, ep_type: EpType) -> Result<Vec<Provider>, String> {
+        // SAFETY: fi_dupinfo(NULL) allocates a zeroed fi_info with its attribute structures
+        // (fi_allocinfo); we own it until fi_freeinfo below.
+        let hints = unsafe { (self.dupinfo)(std::ptr::null()) };
+        if hints.is_null() {
+            return Err("fi_allocinfo failed".into());
+        }
+        // SAFETY: hints is a live fi_info from fi_allocinfo, whose ep_attr it allocated.
+        unsafe {
+            (*hints).caps = caps;
+            if !(*hints).ep_attr.is_null() {
+                (*(*hints).ep_attr).ep_type = ep_type as c_int;
+            }
+        }
+        let mut list: *mut Info = std::ptr::null_mut();
+        // SAFETY: valid hints, a place for the result; node and service NULL (any local).
+        let rc = unsafe {
+            (self.getinfo)(
+                API_VERSION,
+                std::ptr::null(),
+                std::ptr::null(),
+                0,
+                hints,
+                &mut list,
+            )
+        };
+        // SAFETY: hints came from fi_dupinfo and is not used after this.
+        unsafe { (self.freeinfo)(hints) };
+        const FI_ENODATA: c_int = 61;
+        if rc == -FI_ENODATA {
+            return Ok(Vec::new());
+        }
+        if rc != 0 {
+            return Err(format!("fi_getinfo: {}", self.strerror(rc)));
+        }
+        let mut out = Vec::new();
+        let mut p = list;
+        while !p.is_null() {
+            // SAFETY: p walks the list fi_getinfo returned, alive until fi_freeinfo below;
+            // every attribute pointer is NULL or points into that list's allocations.
+            unsafe {
+                let i = &*p;
+                let fabric = i.fabric_attr.as_ref();
+                let domain = i.domain_attr.as_ref();
+                out.push(Provider {
+                    provider: fabric.map_or(String::new(), |f| text(f.prov_name)),
+                    fabric: fabric.map_or(String::new(), |f| text(f.name)),
+                    domain: domain.map_or(String::new(), |d| text(d.name)),
+                    ep_type: EpType::name(i.ep_attr.as_ref().map_or(0, |e| e.ep_type)),
+                    rma: i.caps & FI_RMA != 0,
+                });
+                p = i.next;
+            }
+        }
+        // SAFETY: the list fi_getinfo returned; nothing refers to it any more.
+        unsafe { (self.freeinfo)(list) };
+        out.dedup();
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tcp_provider_offers_one_sided_reads_where_libfabric_is_installed() {
+        let lib = match load() {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("skipped: {e} (apt-get install libfabric1 to run this test)");
+                return;
+            }
+        };
+        assert!(lib.version() >= (1, 17), "{lib:?}");
+        let p = lib.providers(FI_RMA | FI_MSG, EpType::Msg).unwrap();
+        assert!(
+            p.iter()
+                .any(|p| p.provider == "tcp" && p.rma && p.ep_type == "FI_EP_MSG"),
+            "{p:?}"
+        );
+        // A capability nobody has (bit 63 is reserved): an empty list, not an error.
+        assert!(lib.providers(1 << 63, EpType::Msg).unwrap().is_empty());
+        assert!(!lib.strerror(-61).is_empty());
+    }
+}
