@@ -102,6 +102,14 @@ fn demand_connections(options: &Options) -> usize {
 }
 
 fn connect(options: &Options) -> Result<Box<dyn PageStore>, String> {
+    let store = connect_servers(options)?;
+    Ok(match options.latency {
+        Some(l) => Box::new(swap_backend::LatencyStore::new(store, l)),
+        None => store,
+    })
+}
+
+fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
     if options.servers.is_empty() {
         return Ok(Box::new(LocalStore::new(u64::MAX / PAGE_SIZE as u64)));
     }

@@ -20,6 +20,7 @@
 //! | `dirty`    | `track` (write-protect pages mapped on a read; clean pages are dropped without a write-back), `auto` (track per thread class while it pays: see `policy::WriteRatio`; `memliner` only, `baseline` treats it as `track`) or `assume` (no write faults; every evicted page is written back) | `auto` |
 //! | `reclaim`  | `fifo` (evict in arrival order, second chance for faulted pages) or `clock` (the reclaimer unmaps pages but keeps their bytes to see which are used before evicting them) | `fifo` |
 //! | `faults`   | `signal` (the faulting thread serves its own fault from a SIGBUS handler: no thread wakes) or `thread` (fault-handler threads read userfaultfd events and wake the faulting thread; for programs whose system calls read paged-out heap memory from kernel mode) | `signal` |
+//! | `latency`  | emulated latency every store request takes at least (`3us`, `1ms`), for planning: `server=local,latency=3us` approximates an RDMA fabric; 0 turns it off | `0` |
 //! | `probe`    | interval in ms of the latency probe (a remote fault timed as the faulting thread sees it), 0 turns it off | `10` |
 //!
 //! An unknown key or a bad value is an error that names the key and the valid choices.
@@ -147,6 +148,8 @@ pub struct Options {
     pub probe_ms: u64,
     /// How faults reach the code serving them.
     pub faults: FaultDelivery,
+    /// Every store request takes at least this long (emulation, for planning).
+    pub latency: Option<std::time::Duration>,
 }
 
 impl Default for Options {
@@ -171,12 +174,13 @@ impl Default for Options {
             // The faulting thread serves its own fault: no wake on either side (a remote
             // fault's latency as its thread sees it fell 5-7x with the in-process store).
             faults: FaultDelivery::Signal,
+            latency: None,
         }
     }
 }
 
 const KEYS: &str =
-    "server, local, policy, prefetch, streams, stats, log, handlers, token, dirty, reclaim, probe, faults";
+    "server, local, policy, prefetch, streams, stats, log, handlers, token, dirty, reclaim, probe, faults, latency";
 
 /// Parses `env` (from `MEMLINER_OPTIONS`, may be empty) then `agent` (the -agentpath string).
 pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
@@ -304,6 +308,10 @@ impl Options {
                     })?
             }
             "faults" => self.faults = choose(value, &FAULTS).map_err(bad)?,
+            "latency" => {
+                let d = swap_backend::units::parse_duration(value).map_err(bad)?;
+                self.latency = (!d.is_zero()).then_some(d);
+            }
             _ => return Err(format!("unknown option '{key}' (valid keys: {KEYS})")),
         }
         Ok(())
@@ -361,6 +369,9 @@ impl Options {
         }
         if self.faults != d.faults {
             put("faults", name_of(self.faults, &FAULTS).into());
+        }
+        if let Some(l) = self.latency {
+            put("latency", swap_backend::units::format_duration(l));
         }
         out.join(",")
     }
@@ -454,6 +465,7 @@ mod tests {
             "server=tcp://127.0.0.1:7070+mem2:7071,local=25%,policy=baseline",
             "local=12.5%,prefetch=0,streams=class,stats=/tmp/s.json,log=debug,handlers=4",
             "local=512m,token=t0k,dirty=assume,reclaim=clock,probe=0,faults=thread",
+            "server=local,latency=3us",
             "server=[::1]:9,dirty=track,policy=off",
         ];
         for c in cases {

@@ -66,6 +66,11 @@ enum Cmd {
         /// read paged-out heap memory).
         #[arg(long)]
         faults: Option<String>,
+        /// Emulated latency: every request to the memory server takes at least this long
+        /// (3us, 1ms), for planning; with `--server local` (pages in the JVM's memory), 2-3us
+        /// approximates an RDMA fabric.
+        #[arg(long, value_name = "DURATION")]
+        emulate_latency: Option<String>,
         /// GC hooks of a patched JDK (scripts/build-jdk.sh): auto (on under policy memliner
         /// when the command's java is a patched build; the default), on, or off. The command's
         /// own -XX:[+-]MemLinerLineUp wins.
@@ -98,6 +103,10 @@ enum Cmd {
         /// Log every connection.
         #[arg(long, short)]
         verbose: bool,
+        /// Emulated latency: each reply leaves no sooner than this after its request arrived
+        /// (3us, 1ms), for planning.
+        #[arg(long, value_name = "DURATION")]
+        emulate_latency: Option<String>,
     },
     /// Build the workloads and run the graph workload all-local, then at 25% local on the
     /// embedded server under policy=baseline and policy=memliner, and compare.
@@ -155,6 +164,11 @@ enum Cmd {
         /// Skip the patched JDK's memliner-gc-hooks runs even when target/jdk-memliner exists.
         #[arg(long)]
         no_gc_hooks: bool,
+        /// Emulated latency for every paged run: each request to the pages' store takes at
+        /// least this long (3us, 1ms); the report says so. The memliner-in-process rows then
+        /// approximate an RDMA fabric.
+        #[arg(long, value_name = "DURATION")]
+        emulate_latency: Option<String>,
         /// Output folder (default benchmarks/results/<timestamp>).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -195,6 +209,7 @@ fn main() -> ExitCode {
             dirty,
             reclaim,
             faults,
+            emulate_latency,
             gc_hooks,
             agent_env,
             quiet,
@@ -214,6 +229,7 @@ fn main() -> ExitCode {
                 streams,
                 reclaim,
                 faults,
+                latency: emulate_latency,
                 gc_hooks,
                 agent_env,
             };
@@ -241,7 +257,16 @@ fn main() -> ExitCode {
             capacity,
             token,
             verbose,
+            emulate_latency,
         } => {
+            let latency = match emulate_latency
+                .as_deref()
+                .map(swap_backend::units::parse_duration)
+            {
+                None => None,
+                Some(Ok(d)) => (!d.is_zero()).then_some(d),
+                Some(Err(e)) => return fail(format!("--emulate-latency: {e}")),
+            };
             let capacity_bytes = match swap_backend::units::parse_size(&capacity) {
                 Ok(b) if b >= 4096 => b,
                 Ok(_) => return fail("--capacity must be at least one page (4096)"),
@@ -251,6 +276,7 @@ fn main() -> ExitCode {
                 capacity_bytes,
                 token,
                 verbose,
+                latency,
             };
             let listen = listen.0;
             match swap_backend::server::spawn(&listen.authority(), cfg) {
@@ -260,8 +286,12 @@ fn main() -> ExitCode {
                         ..listen.clone()
                     };
                     eprintln!(
-                        "memliner-server: listening on {at} with {} for pages",
-                        swap_backend::units::format_size(capacity_bytes)
+                        "memliner-server: listening on {at} with {} for pages{}",
+                        swap_backend::units::format_size(capacity_bytes),
+                        latency.map_or(String::new(), |l| format!(
+                            ", replies delayed to {} after each request (emulated latency)",
+                            swap_backend::units::format_duration(l)
+                        ))
                     );
                     h.wait();
                     ExitCode::SUCCESS
@@ -290,8 +320,14 @@ fn main() -> ExitCode {
             workloads,
             locals,
             no_gc_hooks,
+            emulate_latency,
             out,
         } => {
+            if let Some(l) = &emulate_latency {
+                if let Err(e) = swap_backend::units::parse_duration(l) {
+                    return fail(format!("--emulate-latency: {e}"));
+                }
+            }
             if let Some(raw) = from_raw {
                 let dir = out.unwrap_or_else(|| {
                     raw.parent()
@@ -353,6 +389,7 @@ fn main() -> ExitCode {
             if no_gc_hooks {
                 cfg.gc_hooks = false;
             }
+            cfg.emulate_latency = emulate_latency;
             if spark_only {
                 cfg.workloads.clear();
             }

@@ -33,6 +33,8 @@ pub struct RunConfig {
     pub reclaim: Option<String>,
     /// `faults=` value: `signal` or `thread`.
     pub faults: Option<String>,
+    /// `latency=` value: every store request takes at least this long (`3us`; emulation).
+    pub latency: Option<String>,
     /// Whether to switch a patched JDK's GC hooks on (`-XX:+MemLinerLineUp`).
     pub gc_hooks: GcHooks,
     /// Hand the `-agentpath:` argument over in this environment variable instead of putting
@@ -56,6 +58,7 @@ impl Default for RunConfig {
             streams: None,
             reclaim: None,
             faults: None,
+            latency: None,
             gc_hooks: GcHooks::Auto,
             agent_env: None,
         }
@@ -160,6 +163,7 @@ pub fn agent_options(
         ("streams", cfg.streams.as_deref()),
         ("reclaim", cfg.reclaim.as_deref()),
         ("faults", cfg.faults.as_deref()),
+        ("latency", cfg.latency.as_deref()),
     ];
     for (key, value) in given {
         if let Some(v) = value {
@@ -196,6 +200,7 @@ pub fn embedded_server() -> Result<ServerHandle, String> {
             capacity_bytes: 1 << 40,
             token: None,
             verbose: false,
+            latency: None,
         },
     )
     .map_err(|e| format!("cannot start the embedded memory server: {e}"))

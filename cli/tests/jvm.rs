@@ -452,6 +452,7 @@ fn doctor_checks_the_machine_the_jdk_and_the_servers() {
             capacity_bytes: 64 << 20,
             token: None,
             verbose: false,
+            latency: None,
         },
     )
     .unwrap();

@@ -10,6 +10,7 @@ fn main() {
             capacity_bytes: 1 << 30,
             token: None,
             verbose: false,
+            latency: None,
         },
     )
     .unwrap();

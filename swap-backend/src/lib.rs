@@ -19,6 +19,6 @@ pub mod units;
 pub mod url;
 
 pub use protocol::PAGE_SIZE;
-pub use store::{LocalStore, PageStore, StoreError, StripedStore};
+pub use store::{LatencyStore, LocalStore, PageStore, StoreError, StripedStore};
 pub use tcp::{set_thread_lane, Lane, TcpOptions, TcpStore};
 pub use url::{ListenUrl, Scheme, ServerUrl};

@@ -23,6 +23,8 @@ pub struct ServerConfig {
     pub token: Option<String>,
     /// Log connection events and refused requests to stderr.
     pub verbose: bool,
+    /// Emulated latency: each reply leaves no sooner than this after its request arrived.
+    pub latency: Option<std::time::Duration>,
 }
 
 #[derive(Default)]
@@ -277,6 +279,11 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
             writer.flush().map_err(io)?;
             return Err("closed by client".into());
         };
+        let arrived = std::time::Instant::now();
+        if let Some(l) = shared.config.latency {
+            // Emulated fabric latency: nothing is answered sooner than `l` after it came.
+            crate::store::wait_until(arrived, l);
+        }
         let request = match Request::decode(h.op, &payload) {
             Ok(r) => r,
             Err(e) => {

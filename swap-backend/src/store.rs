@@ -144,6 +144,79 @@ impl PageStore for LocalStore {
     }
 }
 
+/// Waits out `latency` from `start`: sleeps for all but the last stretch, then spins (sleep
+/// alone overshoots microseconds by tens of them).
+pub fn wait_until(start: std::time::Instant, latency: std::time::Duration) {
+    let end = start + latency;
+    loop {
+        let now = std::time::Instant::now();
+        if now >= end {
+            return;
+        }
+        let left = end - now;
+        if left > std::time::Duration::from_micros(200) {
+            std::thread::sleep(left - std::time::Duration::from_micros(100));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Another store whose reads and writes each take at least `latency`, for planning: the
+/// in-process store at 2-3 us approximates an RDMA fabric's one-sided reads, which loopback
+/// TCP (20 us and more here) cannot.
+pub struct LatencyStore {
+    inner: Box<dyn PageStore>,
+    latency: std::time::Duration,
+}
+
+impl LatencyStore {
+    pub fn new(inner: Box<dyn PageStore>, latency: std::time::Duration) -> Self {
+        LatencyStore { inner, latency }
+    }
+}
+
+impl fmt::Debug for LatencyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LatencyStore")
+            .field("inner", &self.inner.describe())
+            .field("latency", &self.latency)
+            .finish()
+    }
+}
+
+impl PageStore for LatencyStore {
+    fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
+        let t = std::time::Instant::now();
+        let r = self.inner.read_pages(ids, out);
+        wait_until(t, self.latency);
+        r
+    }
+
+    fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
+        let t = std::time::Instant::now();
+        let r = self.inner.write_pages(ids, data);
+        wait_until(t, self.latency);
+        r
+    }
+
+    fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
+        self.inner.free_pages(ids)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} (+{} emulated latency)",
+            self.inner.describe(),
+            crate::units::format_duration(self.latency)
+        )
+    }
+
+    fn describe_page(&self, id: u64) -> String {
+        self.inner.describe_page(id)
+    }
+}
+
 /// Spreads pages over several stores in stripes of [`StripedStore::STRIPE_PAGES`] pages, so that
 /// capacity and bandwidth add up while neighbouring pages still travel in one batch.
 pub struct StripedStore {

@@ -5,7 +5,9 @@ use std::net::TcpStream;
 
 use swap_backend::conformance::{self, pattern, MIN_CAPACITY_PAGES};
 use swap_backend::server::{self, ServerConfig, ServerHandle};
-use swap_backend::{LocalStore, PageStore, StripedStore, TcpOptions, TcpStore, PAGE_SIZE};
+use swap_backend::{
+    LatencyStore, LocalStore, PageStore, StripedStore, TcpOptions, TcpStore, PAGE_SIZE,
+};
 
 fn start(capacity_pages: u64, token: Option<&str>) -> ServerHandle {
     server::spawn(
@@ -14,6 +16,7 @@ fn start(capacity_pages: u64, token: Option<&str>) -> ServerHandle {
             capacity_bytes: capacity_pages * PAGE_SIZE as u64,
             token: token.map(str::to_string),
             verbose: false,
+            latency: None,
         },
     )
     .unwrap()
@@ -34,6 +37,44 @@ fn client(s: &ServerHandle, ns: &str, token: &str) -> TcpStore {
 #[test]
 fn local_store_conforms() {
     conformance::run_all(&LocalStore::new(MIN_CAPACITY_PAGES));
+}
+
+#[test]
+fn latency_store_conforms_and_takes_its_time() {
+    let latency = std::time::Duration::from_millis(2);
+    let store = LatencyStore::new(Box::new(LocalStore::new(MIN_CAPACITY_PAGES * 2)), latency);
+    conformance::run_all(&store);
+    assert_eq!(store.describe(), "local (+2ms emulated latency)");
+    let mut out = vec![0u8; PAGE_SIZE];
+    store.write_pages(&[1], &out.clone()).unwrap();
+    let t = std::time::Instant::now();
+    store.read_pages(&[1], &mut out).unwrap();
+    assert!(t.elapsed() >= latency, "a read returned before its latency");
+}
+
+#[test]
+fn a_server_with_emulated_latency_answers_no_sooner() {
+    let latency = std::time::Duration::from_millis(3);
+    let s = server::spawn(
+        "127.0.0.1:0",
+        ServerConfig {
+            capacity_bytes: MIN_CAPACITY_PAGES * PAGE_SIZE as u64,
+            token: None,
+            verbose: false,
+            latency: Some(latency),
+        },
+    )
+    .unwrap();
+    let c = client(&s, "slow", "");
+    c.write_pages(&[3], &pattern(3, 1)).unwrap();
+    let mut out = vec![0u8; PAGE_SIZE];
+    let t = std::time::Instant::now();
+    c.read_pages(&[3], &mut out).unwrap();
+    assert!(
+        t.elapsed() >= latency,
+        "the reply came before the emulated latency"
+    );
+    assert_eq!(out, pattern(3, 1));
 }
 
 #[test]

@@ -112,6 +112,8 @@ pub struct BenchConfig {
     pub command: String,
     /// Add `memliner-gc-hooks` runs on the patched JDK (G1, Shenandoah).
     pub gc_hooks: bool,
+    /// Emulated latency every paged run's store requests take at least (`latency=`).
+    pub emulate_latency: Option<String>,
 }
 
 impl BenchConfig {
@@ -129,6 +131,7 @@ impl BenchConfig {
             tcp_mib: 64,
             command: "memliner bench --quick".into(),
             gc_hooks: crate::locate::patched_java().is_some(),
+            emulate_latency: None,
         }
     }
 
@@ -145,6 +148,7 @@ impl BenchConfig {
             tcp_mib: 256,
             command: "memliner bench".into(),
             gc_hooks: crate::locate::patched_java().is_some(),
+            emulate_latency: None,
         }
     }
 }
@@ -423,7 +427,10 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 }
             }
             _ => {
-                let rc = run_config(p, spark_env.is_some());
+                let mut rc = run_config(p, spark_env.is_some());
+                if rc.agent {
+                    rc.latency = cfg.emulate_latency.clone();
+                }
                 let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
                 let out = launch(&rc, &cmd, true)?;
                 match checked(&out, &what) {
@@ -509,6 +516,7 @@ fn write_outputs(
     std::fs::write(cfg.out.join("runs.csv"), report::csv(&records)).map_err(|e| e.to_string())?;
     let raw = serde_json::json!({
         "command": cfg.command, "heap_mb": cfg.heap_mb, "reps": cfg.reps,
+        "emulate_latency": cfg.emulate_latency,
         "elapsed_s": extras.elapsed_s, "kernel_skipped": extras.kernel_skipped,
         "tcp": {"mib": cfg.tcp_mib, "write_gbs": wgbs, "read_gbs": rgbs},
         "runs": records,
@@ -581,6 +589,7 @@ pub fn rerender(raw: &Path, out: PathBuf) -> Result<PathBuf, String> {
         tcp_mib: doc["tcp"]["mib"].as_u64().unwrap_or(0) as usize,
         command: doc["command"].as_str().unwrap_or("?").to_string(),
         gc_hooks: records.iter().any(|r| r.mode == Mode::MemlinerGcHooks),
+        emulate_latency: doc["emulate_latency"].as_str().map(str::to_string),
     };
     let extras = report::Extras {
         tcp_write_gbs: doc["tcp"]["write_gbs"].as_f64().unwrap_or(f64::NAN),

@@ -181,6 +181,15 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         x.elapsed_s / 60.0,
         cfg.command
     );
+    if let Some(l) = &cfg.emulate_latency {
+        let _ = writeln!(
+            md,
+            "**Emulated latency: every request of every paged run to its page store took at \
+             least {l}** (`latency={l}`): these figures are a model, not a measurement of a \
+             fabric. The memliner-in-process rows (pages in the JVM's own memory, plus this \
+             latency) approximate one-sided RDMA reads.\n"
+        );
+    }
     if !failed.is_empty() {
         let _ = writeln!(
             md,
