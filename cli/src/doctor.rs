@@ -91,10 +91,7 @@ pub fn run(java: &Path, servers: &[ServerUrl]) -> Report {
             Some("cargo build --release (or set MEMLINER_AGENT to libmemliner_agent.so)"),
         ),
     });
-    let java_ok = java_checks(java, agent.as_ref().ok(), &mut checks);
-    if !java_ok {
-        checks.retain(|c| c.name != "collectors" && c.name != "heap discovery");
-    }
+    java_checks(java, agent.as_ref().ok(), &mut checks);
     let rdma = Rdma {
         libraries: rdma_stack::libraries(),
         devices: rdma_stack::devices(Path::new("/sys/class/infiniband")),
@@ -168,8 +165,8 @@ fn java_version(java: &Path, flags: &[&str]) -> Result<String, String> {
     Ok(text)
 }
 
-/// Adds the JDK's checks; returns whether java runs at all.
-fn java_checks(java: &Path, agent: Option<&PathBuf>, checks: &mut Vec<Check>) -> bool {
+/// Adds the JDK's checks (only the first when java does not run).
+fn java_checks(java: &Path, agent: Option<&PathBuf>, checks: &mut Vec<Check>) {
     let version = match java_version(java, &[]) {
         Ok(v) => v,
         Err(e) => {
@@ -179,7 +176,7 @@ fn java_checks(java: &Path, agent: Option<&PathBuf>, checks: &mut Vec<Check>) ->
                 e,
                 Some("install a JDK 17 or later (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"),
             ));
-            return false;
+            return;
         }
     };
     let first = version.lines().next().unwrap_or("?").to_string();
@@ -233,7 +230,6 @@ fn java_checks(java: &Path, agent: Option<&PathBuf>, checks: &mut Vec<Check>) ->
     if let Some(agent) = agent {
         checks.push(heap_discovery(java, agent));
     }
-    true
 }
 
 /// Starts java with the agent (in-process store, half the heap local) and reads how it found

@@ -144,8 +144,8 @@ impl PageStore for LocalStore {
     }
 }
 
-/// Waits out `latency` from `start`: sleeps for all but the last stretch, then spins (sleep
-/// alone overshoots microseconds by tens of them).
+/// Waits out `latency` from `start`: spins for the last stretch where the spin governor allows
+/// it (sleep alone overshoots microseconds by tens of them), sleeps otherwise.
 pub fn wait_until(start: std::time::Instant, latency: std::time::Duration) {
     let end = start + latency;
     loop {
@@ -154,11 +154,15 @@ pub fn wait_until(start: std::time::Instant, latency: std::time::Duration) {
             return;
         }
         let left = end - now;
-        if left > std::time::Duration::from_micros(200) {
-            std::thread::sleep(left - std::time::Duration::from_micros(100));
-        } else {
-            std::hint::spin_loop();
+        if left <= std::time::Duration::from_micros(200)
+            && crate::spin::spin_until(|| std::time::Instant::now() >= end)
+        {
+            return;
         }
+        std::thread::sleep(
+            left.saturating_sub(std::time::Duration::from_micros(100))
+                .max(std::time::Duration::from_micros(1)),
+        );
     }
 }
 
