@@ -161,45 +161,38 @@ fn open() -> Result<Libfabric, String> {
     if h.is_null() {
         return Err(format!("cannot load libfabric.so.1: {}", loader_error()));
     }
-    let sym = |name: &str, version: &str| -> Result<*mut c_void, String> {
-        let (n, v) = (CString::new(name).unwrap(), CString::new(version).unwrap());
-        // SAFETY: a live handle and two C strings.
-        let p = unsafe { libc::dlvsym(h, n.as_ptr(), v.as_ptr()) };
-        if p.is_null() {
-            Err(format!(
-                "libfabric.so.1 has no {name}@{version}: {}",
-                loader_error()
-            ))
-        } else {
-            Ok(p)
-        }
-    };
-    // SAFETY: each symbol is the libfabric function of that name at that version, whose C
-    // signature the type it is transmuted to copies.
+    // SAFETY (for every call below): each symbol is the libfabric function of that name at
+    // that version, whose C signature the function-pointer type it is read as copies.
     unsafe {
         Ok(Libfabric {
-            getinfo: std::mem::transmute::<*mut c_void, GetInfoFn>(sym(
-                "fi_getinfo",
-                "FABRIC_1.3",
-            )?),
-            dupinfo: std::mem::transmute::<*mut c_void, DupInfoFn>(sym(
-                "fi_dupinfo",
-                "FABRIC_1.3",
-            )?),
-            freeinfo: std::mem::transmute::<*mut c_void, FreeInfoFn>(sym(
-                "fi_freeinfo",
-                "FABRIC_1.3",
-            )?),
-            version: std::mem::transmute::<*mut c_void, VersionFn>(sym(
-                "fi_version",
-                "FABRIC_1.0",
-            )?),
-            strerror: std::mem::transmute::<*mut c_void, StrErrorFn>(sym(
-                "fi_strerror",
-                "FABRIC_1.0",
-            )?),
+            getinfo: entry(h, "fi_getinfo", "FABRIC_1.3")?,
+            dupinfo: entry(h, "fi_dupinfo", "FABRIC_1.3")?,
+            freeinfo: entry(h, "fi_freeinfo", "FABRIC_1.3")?,
+            version: entry(h, "fi_version", "FABRIC_1.0")?,
+            strerror: entry(h, "fi_strerror", "FABRIC_1.0")?,
         })
     }
+}
+
+/// The entry point `name@version` of the library `h`, as the function-pointer type `F`.
+///
+/// # Safety
+/// `h` is a live dlopen handle and `F` is an `extern "C" fn` type matching the symbol's C
+/// signature at that version.
+unsafe fn entry<F: Copy>(h: *mut c_void, name: &str, version: &str) -> Result<F, String> {
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+    let (n, v) = (CString::new(name).unwrap(), CString::new(version).unwrap());
+    // SAFETY: a live handle and two C strings.
+    let p = unsafe { libc::dlvsym(h, n.as_ptr(), v.as_ptr()) };
+    if p.is_null() {
+        return Err(format!(
+            "libfabric.so.1 has no {name}@{version}: {}",
+            loader_error()
+        ));
+    }
+    // SAFETY: a non-null code address read as the pointer type the caller vouches for (same
+    // size, checked above).
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
 }
 
 /// A C string field, empty when NULL.

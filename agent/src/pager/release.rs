@@ -37,36 +37,28 @@ impl Shared {
             }) else {
                 continue;
             };
-            match c.from() {
-                s if s.is_mapped() => {
-                    mapped.push(c);
-                    continue;
-                }
-                PageState::Cached => self.drop_marker_data(p),
-                PageState::InactiveClean | PageState::InactiveDirty => {
-                    self.reclaim.forget_inactive(p)
-                }
-                PageState::Remote => remote += 1,
-                _ => {}
+            if c.from().is_mapped() {
+                mapped.push(c);
+                continue;
             }
-            self.table.set_stored(p, false);
-            c.finish(PageState::Untouched);
+            remote += u64::from(c.from() == PageState::Remote);
+            self.forget(c);
             dropped += 1;
         }
         if !mapped.is_empty() {
             let pages: Vec<usize> = mapped.iter().map(Claim::page).collect();
-            if let Err(e) = self.madvise.dontneed(&os::runs(self.base, &pages)) {
-                // The pages stay as they are (claims dropped): correct, only not released.
-                crate::log!(
+            match self.madvise.dontneed(&os::runs(self.base, &pages)) {
+                Ok(()) => {
+                    dropped += mapped.len();
+                    for c in mapped {
+                        self.forget(c);
+                    }
+                }
+                // The claims drop: the pages stay as they were, correct, only not released.
+                Err(e) => crate::log!(
                     crate::options::LogLevel::Warn,
                     "cannot discard released heap pages: {e}"
-                );
-                return dropped;
-            }
-            for c in mapped {
-                self.table.set_stored(c.page(), false);
-                c.finish(PageState::Untouched);
-                dropped += 1;
+                ),
             }
         }
         self.counters

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use swap_backend::PAGE_SIZE;
 
 use super::os;
-use super::page_table::PageState;
+use super::page_table::{Claim, PageState};
 use super::Shared;
 use crate::maps::{self, Span};
 use crate::policy::Admission;
@@ -43,6 +43,20 @@ impl Shared {
         Ok(())
     }
 
+    /// Leaves a claimed page untouched (its next touch zero-fills): drops what the pager keeps
+    /// of it here (a prefetch marker's bytes, an inactive page's slot) and forgets the store's
+    /// copy; returns whether the store had one. A mapped page must be discarded first.
+    pub(super) fn forget(&self, c: Claim<'_>) -> bool {
+        let p = c.page();
+        match c.from() {
+            PageState::Cached => self.drop_marker_data(p),
+            PageState::InactiveClean | PageState::InactiveDirty => self.reclaim.forget_inactive(p),
+            _ => {}
+        }
+        c.finish(PageState::Untouched);
+        self.table.set_stored(p, false)
+    }
+
     /// Forgets pages of an unmapped range, then registers what is mapped there now.
     pub(super) fn unmapped(&self, start: usize, end: usize) {
         let lo = start.max(self.base);
@@ -70,15 +84,7 @@ impl Shared {
                 }
             };
             let Some(c) = claim else { continue };
-            match c.from() {
-                PageState::Cached => self.drop_marker_data(p),
-                PageState::InactiveClean | PageState::InactiveDirty => {
-                    self.reclaim.forget_inactive(p)
-                }
-                _ => {}
-            }
-            c.finish(PageState::Untouched);
-            if self.table.set_stored(p, false) {
+            if self.forget(c) {
                 to_free.push(p as u64);
             }
         }
