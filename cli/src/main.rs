@@ -272,13 +272,14 @@ fn main() -> ExitCode {
                 Ok(_) => return fail("--capacity must be at least one page (4096)"),
                 Err(e) => return fail(format!("--capacity: {e}")),
             };
+            let listen = listen.0;
             let cfg = swap_backend::server::ServerConfig {
                 capacity_bytes,
                 token,
                 verbose,
                 latency,
+                fabric: listen.scheme == swap_backend::Scheme::Fabric,
             };
-            let listen = listen.0;
             match swap_backend::server::spawn(&listen.authority(), cfg) {
                 Ok(h) => {
                     let at = swap_backend::ServerUrl {

@@ -201,6 +201,7 @@ pub fn embedded_server() -> Result<ServerHandle, String> {
             token: None,
             verbose: false,
             latency: None,
+            fabric: false,
         },
     )
     .map_err(|e| format!("cannot start the embedded memory server: {e}"))

@@ -453,6 +453,7 @@ fn doctor_checks_the_machine_the_jdk_and_the_servers() {
             token: None,
             verbose: false,
             latency: None,
+            fabric: false,
         },
     )
     .unwrap();

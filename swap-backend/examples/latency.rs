@@ -11,6 +11,7 @@ fn main() {
             token: None,
             verbose: false,
             latency: None,
+            fabric: false,
         },
     )
     .unwrap();

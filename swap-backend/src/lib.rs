@@ -8,6 +8,7 @@
 
 pub mod conformance;
 pub mod cpu;
+pub mod fabric;
 pub mod fabric_ffi;
 pub mod protocol;
 pub mod rdma_stack;

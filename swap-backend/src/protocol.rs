@@ -20,6 +20,9 @@
 //! | `Write`     | u32 count, count x u64 page id, data    | `WriteOk`: empty              |
 //! | `Free`      | u32 count, count x u64 page id          | `FreeOk`: empty               |
 //! | `Stats`     | empty                                   | `StatsOk`: [`ServerStats`]    |
+//! | `Attach`    | empty: this connection is a one-sided client's control channel | `AttachOk`: [`AttachOk`] |
+//! | `Alloc`     | u32 need, u32 want                      | `AllocOk`: u32 count, count x u64 slot (need <= count <= want) |
+//! | `Release`   | u32 count, count x u64 slot             | `ReleaseOk`: empty            |
 //! | any         |                                         | `Error`: u16 code, utf-8 text |
 //!
 //! A frame with a bad magic, an unknown version or op, or a length over [`MAX_PAYLOAD`] is
@@ -50,11 +53,17 @@ pub enum Op {
     Write = 0x03,
     Free = 0x04,
     Stats = 0x05,
+    Attach = 0x06,
+    Alloc = 0x07,
+    Release = 0x08,
     HelloOk = 0x81,
     ReadOk = 0x82,
     WriteOk = 0x83,
     FreeOk = 0x84,
     StatsOk = 0x85,
+    AttachOk = 0x86,
+    AllocOk = 0x87,
+    ReleaseOk = 0x88,
     Error = 0xFF,
 }
 
@@ -67,11 +76,17 @@ impl Op {
             0x03 => Op::Write,
             0x04 => Op::Free,
             0x05 => Op::Stats,
+            0x06 => Op::Attach,
+            0x07 => Op::Alloc,
+            0x08 => Op::Release,
             0x81 => Op::HelloOk,
             0x82 => Op::ReadOk,
             0x83 => Op::WriteOk,
             0x84 => Op::FreeOk,
             0x85 => Op::StatsOk,
+            0x86 => Op::AttachOk,
+            0x87 => Op::AllocOk,
+            0x88 => Op::ReleaseOk,
             0xFF => Op::Error,
             _ => return None,
         })
@@ -363,6 +378,83 @@ impl HelloOk {
     }
 }
 
+/// One registered region of a one-sided server's page pool, as a client addresses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteRegion {
+    /// The remote address of the region's first byte: its virtual address where the provider
+    /// wants those (`FI_MR_VIRT_ADDR`), else 0 (offsets).
+    pub addr: u64,
+    pub len: u64,
+    pub key: u64,
+}
+
+/// The answer to `Attach`: where the one-sided endpoint listens and how to address the pool.
+/// Slot `s` is the page at byte `(s % region_pages) * PAGE_SIZE` of region
+/// `s / region_pages`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttachOk {
+    /// The fabric listener's port, on the host the control channel reached.
+    pub port: u16,
+    /// Sent with every data connection: the server accepts only its live clients' sessions
+    /// and tears a session's endpoints down before its slots can go to anyone else.
+    pub session: u64,
+    /// The provider the server listens with (`tcp`, `verbs`).
+    pub provider: String,
+    pub region_pages: u64,
+    pub regions: Vec<RemoteRegion>,
+}
+
+impl AttachOk {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&self.port.to_le_bytes());
+        v.extend_from_slice(&self.session.to_le_bytes());
+        encode_str(&mut v, &self.provider);
+        v.extend_from_slice(&self.region_pages.to_le_bytes());
+        v.extend_from_slice(&(self.regions.len() as u32).to_le_bytes());
+        for r in &self.regions {
+            for x in [r.addr, r.len, r.key] {
+                v.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        v
+    }
+
+    pub fn decode(p: &[u8]) -> Result<AttachOk, String> {
+        let short = || "attach reply too short".to_string();
+        let u64_at = |b: &[u8], i: usize| -> Result<u64, String> {
+            Ok(u64::from_le_bytes(b.get(i..i + 8).ok_or_else(short)?.try_into().unwrap()))
+        };
+        let port = u16::from_le_bytes(p.get(0..2).ok_or_else(short)?.try_into().unwrap());
+        let session = u64_at(p, 2)?;
+        let (provider, rest) = decode_str(p.get(10..).ok_or_else(short)?)?;
+        let region_pages = u64_at(rest, 0)?;
+        let n = u32::from_le_bytes(rest.get(8..12).ok_or_else(short)?.try_into().unwrap());
+        let body = &rest[12..];
+        if body.len() != n as usize * 24 || region_pages == 0 {
+            return Err(format!(
+                "attach reply: {} region bytes for {n} regions of {region_pages} pages",
+                body.len()
+            ));
+        }
+        let regions = body
+            .chunks_exact(24)
+            .map(|c| RemoteRegion {
+                addr: u64::from_le_bytes(c[0..8].try_into().unwrap()),
+                len: u64::from_le_bytes(c[8..16].try_into().unwrap()),
+                key: u64::from_le_bytes(c[16..24].try_into().unwrap()),
+            })
+            .collect();
+        Ok(AttachOk {
+            port,
+            session,
+            provider,
+            region_pages,
+            regions,
+        })
+    }
+}
+
 /// What a client asks, decoded from a frame's op and payload (page data is borrowed).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Request<'a> {
@@ -379,6 +471,17 @@ pub enum Request<'a> {
         ids: Cow<'a, [u64]>,
     },
     Stats,
+    /// Makes this connection a one-sided client's control channel.
+    Attach,
+    /// Between `need` and `want` (at most [`MAX_BATCH`]) free pool slots.
+    Alloc {
+        need: u32,
+        want: u32,
+    },
+    /// Gives pool slots back.
+    Release {
+        slots: Cow<'a, [u64]>,
+    },
 }
 
 impl<'a> Request<'a> {
@@ -389,6 +492,9 @@ impl<'a> Request<'a> {
             Request::Write { .. } => Op::Write,
             Request::Free { .. } => Op::Free,
             Request::Stats => Op::Stats,
+            Request::Attach => Op::Attach,
+            Request::Alloc { .. } => Op::Alloc,
+            Request::Release { .. } => Op::Release,
         }
     }
 
@@ -425,6 +531,23 @@ impl<'a> Request<'a> {
                 ids: ids_only(payload)?,
             },
             Op::Stats => Request::Stats,
+            Op::Attach => Request::Attach,
+            Op::Alloc => {
+                let b: [u8; 8] = payload
+                    .try_into()
+                    .map_err(|_| format!("alloc of {} bytes, expected 8", payload.len()))?;
+                let need = u32::from_le_bytes(b[0..4].try_into().unwrap());
+                let want = u32::from_le_bytes(b[4..8].try_into().unwrap());
+                if need > want || want as usize > MAX_BATCH {
+                    return Err(format!(
+                        "alloc of {need}..{want} slots (at most {MAX_BATCH}, need <= want)"
+                    ));
+                }
+                Request::Alloc { need, want }
+            }
+            Op::Release => Request::Release {
+                slots: ids_only(payload)?,
+            },
             other => return Err(format!("{other:?} is not a request")),
         })
     }
@@ -433,14 +556,20 @@ impl<'a> Request<'a> {
     pub fn write_to(&self, w: &mut impl Write, request: u64) -> io::Result<()> {
         match self {
             Request::Hello(h) => write_frame(w, Op::Hello, request, &[&h.encode()]),
-            Request::Read { ids } | Request::Free { ids } => {
+            Request::Read { ids } | Request::Free { ids } | Request::Release { slots: ids } => {
                 write_frame(w, self.op(), request, &[&encode_ids(ids)])
             }
             Request::Write { ids, data } => {
                 debug_assert_eq!(data.len(), ids.len() * PAGE_SIZE);
                 write_frame(w, Op::Write, request, &[&encode_ids(ids), data])
             }
-            Request::Stats => write_frame(w, Op::Stats, request, &[]),
+            Request::Stats | Request::Attach => write_frame(w, self.op(), request, &[]),
+            Request::Alloc { need, want } => write_frame(
+                w,
+                Op::Alloc,
+                request,
+                &[&need.to_le_bytes(), &want.to_le_bytes()],
+            ),
         }
     }
 }
@@ -454,6 +583,10 @@ pub enum Reply<'a> {
     WriteOk,
     FreeOk,
     StatsOk(ServerStats),
+    AttachOk(AttachOk),
+    /// The slots granted.
+    AllocOk(Vec<u64>),
+    ReleaseOk,
     /// The request was refused: a [`code`] and a message for people.
     Error {
         code: u16,
@@ -469,6 +602,9 @@ impl<'a> Reply<'a> {
             Reply::WriteOk => Op::WriteOk,
             Reply::FreeOk => Op::FreeOk,
             Reply::StatsOk(_) => Op::StatsOk,
+            Reply::AttachOk(_) => Op::AttachOk,
+            Reply::AllocOk(_) => Op::AllocOk,
+            Reply::ReleaseOk => Op::ReleaseOk,
             Reply::Error { .. } => Op::Error,
         }
     }
@@ -482,6 +618,15 @@ impl<'a> Reply<'a> {
             Op::StatsOk => {
                 Reply::StatsOk(ServerStats::decode(payload).ok_or("short stats reply".to_string())?)
             }
+            Op::AttachOk => Reply::AttachOk(AttachOk::decode(payload)?),
+            Op::AllocOk => {
+                let (slots, rest) = decode_ids(payload)?;
+                if !rest.is_empty() {
+                    return Err(format!("{} bytes after the slots", rest.len()));
+                }
+                Reply::AllocOk(slots)
+            }
+            Op::ReleaseOk => Reply::ReleaseOk,
             Op::Error => Reply::Error {
                 code: payload
                     .get(0..2)
@@ -497,7 +642,11 @@ impl<'a> Reply<'a> {
         match self {
             Reply::HelloOk(h) => write_frame(w, Op::HelloOk, request, &[&h.encode()]),
             Reply::ReadOk(data) => write_frame(w, Op::ReadOk, request, &[data]),
-            Reply::WriteOk | Reply::FreeOk => write_frame(w, self.op(), request, &[]),
+            Reply::WriteOk | Reply::FreeOk | Reply::ReleaseOk => {
+                write_frame(w, self.op(), request, &[])
+            }
+            Reply::AttachOk(a) => write_frame(w, Op::AttachOk, request, &[&a.encode()]),
+            Reply::AllocOk(slots) => write_frame(w, Op::AllocOk, request, &[&encode_ids(slots)]),
             Reply::StatsOk(s) => write_frame(w, Op::StatsOk, request, &[&s.encode()]),
             Reply::Error { code, message } => write_frame(
                 w,
@@ -606,6 +755,11 @@ mod tests {
             },
             Request::Free { ids: vec![].into() },
             Request::Stats,
+            Request::Attach,
+            Request::Alloc { need: 1, want: 256 },
+            Request::Release {
+                slots: vec![9, 1 << 33].into(),
+            },
         ];
         for r in &requests {
             let back = frame(
@@ -623,6 +777,19 @@ mod tests {
             Reply::WriteOk,
             Reply::FreeOk,
             Reply::StatsOk(ServerStats::default()),
+            Reply::AttachOk(AttachOk {
+                port: 7071,
+                session: u64::MAX - 3,
+                provider: "tcp".into(),
+                region_pages: 1 << 18,
+                regions: vec![RemoteRegion {
+                    addr: 0x7f00_0000_0000,
+                    len: 1 << 30,
+                    key: 42,
+                }],
+            }),
+            Reply::AllocOk(vec![0, 1, 2]),
+            Reply::ReleaseOk,
             Reply::Error {
                 code: code::CAPACITY,
                 message: "full".into(),
@@ -657,5 +824,19 @@ mod tests {
             .contains("not a reply"));
         assert!(Reply::decode(Op::HelloOk, &[0; 4]).is_err());
         assert!(Hello::decode(&[5, 0, b'a']).is_err());
+        assert!(Request::decode(Op::Alloc, &[1, 0, 0, 0, 0, 0, 0, 0])
+            .unwrap_err()
+            .contains("need <= want"));
+        assert!(Request::decode(Op::Alloc, &[0; 7]).is_err());
+        let mut a = AttachOk {
+            port: 1,
+            session: 2,
+            provider: "tcp".into(),
+            region_pages: 4,
+            regions: vec![],
+        }
+        .encode();
+        a.push(0);
+        assert!(AttachOk::decode(&a).unwrap_err().contains("region bytes"));
     }
 }

@@ -12,6 +12,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::fabric::Target;
 use crate::protocol::{self, code, read_frame, FrameError, HelloOk, Reply, Request, PAGE_SIZE};
 
 /// How the server runs.
@@ -25,6 +26,9 @@ pub struct ServerConfig {
     pub verbose: bool,
     /// Emulated latency: each reply leaves no sooner than this after its request arrived.
     pub latency: Option<std::time::Duration>,
+    /// Also serve one-sided clients (`fabric://`): register the page pool with libfabric and
+    /// listen for their data endpoints.
+    pub fabric: bool,
 }
 
 #[derive(Default)]
@@ -45,6 +49,11 @@ struct Shared {
     /// Notified whenever a namespace goes away (its last connection closed).
     namespace_gone: std::sync::Condvar,
     stopping: AtomicBool,
+    /// The one-sided side, when configured.
+    target: Option<Arc<Target>>,
+    /// Every open connection, so that stopping the server closes them.
+    connections: Mutex<HashMap<u64, TcpStream>>,
+    next_connection: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -85,13 +94,25 @@ impl ServerHandle {
         all.is_empty()
     }
 
-    /// Stops accepting connections and waits for the accept loop to end.
+    /// The one-sided listener's provider and port, when the server has one.
+    pub fn fabric(&self) -> Option<(&str, u16)> {
+        self.shared.target.as_deref().map(|t| (t.provider(), t.port()))
+    }
+
+    /// Stops the server as a crash would look to its clients: stops accepting, closes every
+    /// connection (and every one-sided endpoint), and waits for the accept loop to end.
     pub fn stop(mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
         // Wake the blocking accept with a throwaway connection.
         let _ = TcpStream::connect(self.addr);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        for c in lock(&self.shared.connections).values() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        if let Some(t) = &self.shared.target {
+            t.stop();
         }
     }
 
@@ -107,8 +128,17 @@ impl ServerHandle {
 pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle> {
     let listener = TcpListener::bind(listen)?;
     let addr = listener.local_addr()?;
+    let capacity_pages = config.capacity_bytes / PAGE_SIZE as u64;
+    let target = if config.fabric {
+        Some(
+            Target::start(&addr.ip().to_string(), capacity_pages, config.verbose)
+                .map_err(std::io::Error::other)?,
+        )
+    } else {
+        None
+    };
     let shared = Arc::new(Shared {
-        capacity_pages: config.capacity_bytes / PAGE_SIZE as u64,
+        capacity_pages,
         config,
         used_pages: AtomicU64::new(0),
         pages_read: AtomicU64::new(0),
@@ -117,6 +147,9 @@ pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle
         namespaces: Mutex::new(HashMap::new()),
         namespace_gone: std::sync::Condvar::new(),
         stopping: AtomicBool::new(false),
+        target,
+        connections: Mutex::new(HashMap::new()),
+        next_connection: AtomicU64::new(0),
     });
     let s = shared.clone();
     let thread = std::thread::Builder::new()
@@ -149,7 +182,13 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                     .peer_addr()
                     .map(|a| a.to_string())
                     .unwrap_or_else(|_| "?".into());
-                if let Err(reason) = serve_connection(&s, stream) {
+                let id = s.next_connection.fetch_add(1, Ordering::Relaxed);
+                if let Ok(c) = stream.try_clone() {
+                    lock(&s.connections).insert(id, c);
+                }
+                let result = serve_connection(&s, stream);
+                lock(&s.connections).remove(&id);
+                if let Err(reason) = result {
                     if s.config.verbose || !reason.starts_with("closed") {
                         eprintln!("memliner-server: connection from {peer} closed: {reason}");
                     }
@@ -181,6 +220,20 @@ impl Drop for Attachment<'_> {
             self.shared.used_pages.fetch_sub(freed, Ordering::SeqCst);
             self.shared.namespace_gone.notify_all();
         }
+    }
+}
+
+/// A control channel's one-sided session: ended (endpoints closed, slots freed) with it.
+struct Session<'a> {
+    shared: &'a Shared,
+    target: &'a Target,
+    id: u64,
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        let freed = self.target.detach(self.id);
+        self.shared.used_pages.fetch_sub(freed, Ordering::SeqCst);
     }
 }
 
@@ -264,6 +317,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
     }
 
     let mut out = Vec::new();
+    let mut session: Option<Session> = None;
     loop {
         // Flush replies only when no further request is already buffered: pipelined requests
         // get their replies in one write.
@@ -375,6 +429,80 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
                 Reply::StatsOk(stats)
                     .write_to(&mut writer, h.request)
                     .map_err(io)?;
+            }
+            Request::Attach => {
+                let Some(target) = shared.target.as_deref() else {
+                    let msg = "this server has no one-sided listener: start it with --listen fabric://HOST:PORT";
+                    send_error(&mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
+                    continue;
+                };
+                if session.is_some() {
+                    let msg = "this connection is attached already";
+                    send_error(&mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
+                    continue;
+                }
+                let ok = target.attach();
+                if shared.config.verbose {
+                    eprintln!("memliner-server: namespace '{name}' attached for one-sided access");
+                }
+                session = Some(Session {
+                    shared,
+                    target,
+                    id: ok.session,
+                });
+                Reply::AttachOk(ok)
+                    .write_to(&mut writer, h.request)
+                    .map_err(io)?;
+            }
+            Request::Alloc { need, want } => {
+                let Some(s) = &session else {
+                    let msg = "alloc before attach";
+                    send_error(&mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
+                    continue;
+                };
+                let cap = shared.capacity_pages;
+                let grant = |u: u64| (want as u64).min(cap.saturating_sub(u));
+                let reserved = shared
+                    .used_pages
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+                        (grant(u) >= need as u64).then(|| u + grant(u))
+                    });
+                let Ok(before) = reserved else {
+                    let msg = format!(
+                        "capacity of {cap} pages ({} MiB) exhausted",
+                        (cap * PAGE_SIZE as u64) >> 20
+                    );
+                    send_error(&mut writer, h.request, code::CAPACITY, &msg).map_err(io)?;
+                    continue;
+                };
+                let count = grant(before) as u32;
+                let slots = s
+                    .target
+                    .alloc(s.id, count)
+                    .expect("the pool holds the whole capacity");
+                Reply::AllocOk(slots)
+                    .write_to(&mut writer, h.request)
+                    .map_err(io)?;
+            }
+            Request::Release { slots } => {
+                let Some(s) = &session else {
+                    let msg = "release before attach";
+                    send_error(&mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
+                    continue;
+                };
+                match s.target.release(s.id, &slots) {
+                    Ok(()) => {
+                        shared
+                            .used_pages
+                            .fetch_sub(slots.len() as u64, Ordering::SeqCst);
+                        Reply::ReleaseOk
+                            .write_to(&mut writer, h.request)
+                            .map_err(io)?;
+                    }
+                    Err(msg) => {
+                        send_error(&mut writer, h.request, code::BAD_REQUEST, &msg).map_err(io)?;
+                    }
+                }
             }
             Request::Hello(_) => {
                 let _ = send_error(&mut writer, h.request, code::BAD_REQUEST, "second hello");

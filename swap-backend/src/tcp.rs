@@ -19,6 +19,11 @@ pub fn set_thread_lane(lane: Lane) {
     LANE.with(|l| l.set(lane));
 }
 
+/// The calling thread's lane.
+pub(crate) fn thread_lane() -> Lane {
+    LANE.with(|l| l.get())
+}
+
 /// Frames in flight per connection. Replies to reads are large and requests to writes are large,
 /// never both, so a bounded window cannot deadlock on full socket buffers.
 pub const WINDOW: usize = 8;
@@ -170,7 +175,7 @@ impl TcpStore {
         // The lane's own connections: demand callers share the first ones (a free one if
         // there is one, else wait for the first), prefetch and reclaim have one each.
         let demand = self.pool.len() - 2;
-        let lane = LANE.with(|l| l.get());
+        let lane = thread_lane();
         let conns = match lane {
             Lane::Demand => &self.pool[..demand],
             Lane::Prefetch => &self.pool[demand..demand + 1],

@@ -1,5 +1,6 @@
 //! Memory server addresses as URLs: `tcp://HOST:PORT`, or a bare `HOST:PORT` (TCP, as before
-//! URLs). One type for every place that names a server: the agent's `server=`, `memliner run
+//! URLs), and `fabric://HOST:PORT` for one-sided RDMA through libfabric (the port is the
+//! server's control channel; its data endpoints listen where that channel says). One type for every place that names a server: the agent's `server=`, `memliner run
 //! --server`, `memliner server --listen`, and the stats (which print it back).
 
 use std::fmt;
@@ -10,12 +11,15 @@ use std::str::FromStr;
 pub enum Scheme {
     /// Two-sided requests over a TCP connection (`tcp://`).
     Tcp,
+    /// One-sided reads and writes through libfabric (`fabric://`).
+    Fabric,
 }
 
 impl Scheme {
     pub fn name(self) -> &'static str {
         match self {
             Scheme::Tcp => "tcp",
+            Scheme::Fabric => "fabric",
         }
     }
 }
@@ -61,19 +65,17 @@ impl FromStr for ServerUrl {
     fn from_str(s: &str) -> Result<ServerUrl, String> {
         let (scheme, rest) = match s.split_once("://") {
             Some(("tcp", rest)) => (Scheme::Tcp, rest),
-            Some(("fabric", _)) => {
-                return Err(format!(
-                    "'{s}': fabric:// (one-sided RDMA through libfabric) is not in this build yet; use tcp://"
-                ))
-            }
+            Some(("fabric", rest)) => (Scheme::Fabric, rest),
             Some((other, _)) => {
                 return Err(format!(
-                    "'{s}': unknown scheme '{other}://' (expected tcp://HOST:PORT, or HOST:PORT)"
+                    "'{s}': unknown scheme '{other}://' (expected tcp://HOST:PORT, fabric://HOST:PORT, or HOST:PORT)"
                 ))
             }
             None => (Scheme::Tcp, s),
         };
-        let bad = |why: &str| format!("'{s}': {why} (expected tcp://HOST:PORT, or HOST:PORT)");
+        let bad = |why: &str| {
+            format!("'{s}': {why} (expected tcp://HOST:PORT, fabric://HOST:PORT, or HOST:PORT)")
+        };
         if rest.contains('/') {
             return Err(bad("a server address has no path"));
         }
@@ -156,7 +158,8 @@ mod tests {
     fn bad_addresses_say_what_is_wrong() {
         let err = |s: &str| s.parse::<ServerUrl>().unwrap_err();
         assert!(err("rdma://h:1").contains("unknown scheme 'rdma://'"));
-        assert!(err("fabric://h:1").contains("not in this build"));
+        assert_eq!(url("fabric://10.0.0.2:7070").scheme, Scheme::Fabric);
+        assert_eq!(url("fabric://[::1]:7").to_string(), "fabric://[::1]:7");
         assert!(err("h").contains("no port"));
         assert!(err(":7070").contains("no host"));
         assert!(err("h:0").contains("1 to 65535"));

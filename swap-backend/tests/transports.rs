@@ -17,6 +17,7 @@ fn start(capacity_pages: u64, token: Option<&str>) -> ServerHandle {
             token: token.map(str::to_string),
             verbose: false,
             latency: None,
+            fabric: false,
         },
     )
     .unwrap()
@@ -62,6 +63,7 @@ fn a_server_with_emulated_latency_answers_no_sooner() {
             token: None,
             verbose: false,
             latency: Some(latency),
+            fabric: false,
         },
     )
     .unwrap();

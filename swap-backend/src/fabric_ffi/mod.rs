@@ -11,8 +11,16 @@
 
 #![allow(unsafe_code)]
 
+mod objects;
+
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
+
+pub use objects::{
+    Access, Channel, CompletionQueue, Domain, Endpoint, Event, EventQueue, Fabric, FabricError,
+    Memory, MemoryRegion, PassiveEndpoint, Rma, CM_DATA_MAX, FI_MR_LOCAL, FI_MR_PROV_KEY,
+    FI_MR_VIRT_ADDR,
+};
 
 /// `FI_VERSION(1, 17)`: the API this module speaks (Debian 12's libfabric).
 pub const API_VERSION: u32 = (1 << 16) | 17;
@@ -56,11 +64,33 @@ struct FabricAttr {
     api_version: u32,
 }
 
-/// `struct fi_domain_attr`, its first fields.
+/// `struct fi_domain_attr`, up to `mr_key_size`.
 #[repr(C)]
 struct DomainAttr {
     domain: *mut c_void,
     name: *mut c_char,
+    threading: c_int,
+    control_progress: c_int,
+    data_progress: c_int,
+    resource_mgmt: c_int,
+    av_type: c_int,
+    mr_mode: c_int,
+    mr_key_size: usize,
+}
+
+/// `struct fi_tx_attr`.
+#[repr(C)]
+struct TxAttr {
+    caps: u64,
+    mode: u64,
+    op_flags: u64,
+    msg_order: u64,
+    comp_order: u64,
+    inject_size: usize,
+    size: usize,
+    iov_limit: usize,
+    rma_iov_limit: usize,
+    tclass: u32,
 }
 
 /// `struct fi_ep_attr`, its first field (`enum fi_ep_type type`).
@@ -71,8 +101,8 @@ struct EpAttr {
 
 /// `struct fi_info` (FABRIC_1.3 and later).
 #[repr(C)]
-struct Info {
-    next: *mut Info,
+struct RawInfo {
+    next: *mut RawInfo,
     caps: u64,
     mode: u64,
     addr_format: u32,
@@ -81,7 +111,7 @@ struct Info {
     src_addr: *mut c_void,
     dest_addr: *mut c_void,
     handle: *mut c_void,
-    tx_attr: *mut c_void,
+    tx_attr: *mut TxAttr,
     rx_attr: *mut c_void,
     ep_attr: *mut EpAttr,
     domain_attr: *mut DomainAttr,
@@ -94,11 +124,16 @@ type GetInfoFn = unsafe extern "C" fn(
     node: *const c_char,
     service: *const c_char,
     flags: u64,
-    hints: *const Info,
-    info: *mut *mut Info,
+    hints: *const RawInfo,
+    info: *mut *mut RawInfo,
 ) -> c_int;
-type DupInfoFn = unsafe extern "C" fn(info: *const Info) -> *mut Info;
-type FreeInfoFn = unsafe extern "C" fn(info: *mut Info);
+type DupInfoFn = unsafe extern "C" fn(info: *const RawInfo) -> *mut RawInfo;
+type FreeInfoFn = unsafe extern "C" fn(info: *mut RawInfo);
+type FabricFn = unsafe extern "C" fn(
+    attr: *mut FabricAttr,
+    fabric: *mut *mut c_void,
+    context: *mut c_void,
+) -> c_int;
 type VersionFn = unsafe extern "C" fn() -> u32;
 type StrErrorFn = unsafe extern "C" fn(errnum: c_int) -> *const c_char;
 
@@ -109,6 +144,7 @@ pub struct Libfabric {
     freeinfo: FreeInfoFn,
     version: VersionFn,
     strerror: StrErrorFn,
+    fabric: FabricFn,
 }
 
 impl std::fmt::Debug for Libfabric {
@@ -170,6 +206,7 @@ fn open() -> Result<Libfabric, String> {
             freeinfo: entry(h, "fi_freeinfo", "FABRIC_1.3")?,
             version: entry(h, "fi_version", "FABRIC_1.0")?,
             strerror: entry(h, "fi_strerror", "FABRIC_1.0")?,
+            fabric: entry(h, "fi_fabric", "FABRIC_1.1")?,
         })
     }
 }
@@ -239,7 +276,7 @@ impl Libfabric {
                 (*(*hints).ep_attr).ep_type = ep_type as c_int;
             }
         }
-        let mut list: *mut Info = std::ptr::null_mut();
+        let mut list: *mut RawInfo = std::ptr::null_mut();
         // SAFETY: valid hints, a place for the result; node and service NULL (any local).
         let rc = unsafe {
             (self.getinfo)(
@@ -283,6 +320,86 @@ impl Libfabric {
         unsafe { (self.freeinfo)(list) };
         out.dedup();
         Ok(out)
+    }
+}
+
+/// An `fi_info` list from `fi_getinfo` or a connection request, freed on drop; its head is
+/// the one used.
+pub struct Info {
+    raw: *mut RawInfo,
+}
+
+// SAFETY: an owned, immutable allocation of libfabric's.
+unsafe impl Send for Info {}
+// SAFETY: as above.
+unsafe impl Sync for Info {}
+
+impl Info {
+    /// # Safety
+    /// `raw` is a non-null fi_info list that nobody else frees.
+    unsafe fn from_raw(raw: *mut RawInfo) -> Info {
+        Info { raw }
+    }
+
+    fn head(&self) -> *mut RawInfo {
+        self.raw
+    }
+
+    /// What `fi_getinfo` offers for one-sided reads and writes over connected endpoints
+    /// (`FI_EP_MSG`, `FI_RMA`), thread safe, with writes complete only once delivered: to
+    /// listen at `node:service` (`source`) or to reach it. `provider` picks one by name
+    /// (`FI_PROVIDER` in the environment narrows the choice as usual).
+    pub fn rma(
+        node: &str,
+        service: &str,
+        source: bool,
+        provider: Option<&str>,
+    ) -> Result<Info, FabricError> {
+        let lib = load().map_err(|e| FabricError {
+            call: "dlopen",
+            code: 0,
+            message: e,
+        })?;
+        // SAFETY: libfabric is loaded.
+        unsafe { objects::rma_info(lib, Some(node), Some(service), source, provider) }
+    }
+
+    /// The provider's name (`tcp`, `verbs`, ...).
+    pub fn provider(&self) -> String {
+        objects::prov_name(self.raw)
+    }
+
+    /// The memory-registration mode the provider requires (`FI_MR_*` bits).
+    pub fn mr_mode(&self) -> c_int {
+        // SAFETY: a live info; domain_attr is NULL or live.
+        unsafe { (*self.raw).domain_attr.as_ref().map_or(0, |d| d.mr_mode) }
+    }
+
+    /// Bytes in the provider's keys.
+    pub fn mr_key_size(&self) -> usize {
+        // SAFETY: as above.
+        unsafe { (*self.raw).domain_attr.as_ref().map_or(8, |d| d.mr_key_size) }
+    }
+
+    /// Operations an endpoint can have outstanding.
+    pub fn tx_size(&self) -> usize {
+        // SAFETY: a live info; tx_attr is NULL or live.
+        unsafe { (*self.raw).tx_attr.as_ref().map_or(64, |t| t.size) }
+    }
+}
+
+impl Drop for Info {
+    fn drop(&mut self) {
+        if let Ok(lib) = load() {
+            // SAFETY: ours (see from_raw), not used after this.
+            unsafe { (lib.freeinfo)(self.raw) };
+        }
+    }
+}
+
+impl std::fmt::Debug for Info {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Info({}, mr_mode {:#x})", self.provider(), self.mr_mode())
     }
 }
 

@@ -1,0 +1,451 @@
+//! The one-sided [`PageStore`]: pages read and written with RDMA READ/WRITE into the memory
+//! server's registered pool, slots allocated over a small two-sided control channel.
+//!
+//! The client keeps the page -> slot table (the server never learns page ids) and a local
+//! stock of free slots, asked for [`ALLOC_CHUNK`] at a time and given back beyond
+//! [`KEEP_FREE`]. Each caller lane has its own channels (an endpoint with a registered
+//! buffer): the demand lane one per fault-handler thread, prefetch and reclaim one each, so a
+//! fault never queues behind a prefetch window or a write-back.
+//!
+//! Never wrong bytes: a page whose write failed is dropped from the table (a later read of it
+//! is an error, not stale data), and once the control channel is lost (the server then frees
+//! this client's slots) every request fails with that reason.
+
+use std::collections::HashMap;
+use std::io::{BufReader, BufWriter, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::fabric_ffi::{Channel, Domain, Fabric, FabricError, Info, Rma, FI_MR_LOCAL};
+use crate::protocol::{
+    code, read_frame, AttachOk, Hello, Lane, Reply, Request, ServerStats, MAX_BATCH, PAGE_SIZE,
+};
+use crate::store::{PageStore, StoreError};
+use crate::tcp::{thread_lane, TcpOptions};
+
+/// Slots asked for at once.
+pub const ALLOC_CHUNK: usize = MAX_BATCH;
+/// Free slots kept for later writes before the rest go back to the server.
+pub const KEEP_FREE: usize = 4 * ALLOC_CHUNK;
+/// Pages one transfer moves (a channel's buffer).
+pub const CHANNEL_PAGES: usize = MAX_BATCH;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The control channel: one request at a time, answered in order.
+struct Control {
+    reader: BufReader<TcpStream>,
+    writer: BufWriter<TcpStream>,
+    next_request: u64,
+    payload: Vec<u8>,
+}
+
+impl Control {
+    /// Sends `request` and hands its reply to `f`; a refusal comes back as `Err(Ok((code,
+    /// message)))`, a broken stream or a malformed reply as `Err(Err(text))`.
+    fn call<T>(
+        &mut self,
+        request: &Request<'_>,
+        f: impl FnOnce(Reply<'_>) -> Result<T, String>,
+    ) -> Result<T, Result<(u16, String), String>> {
+        let id = self.next_request;
+        self.next_request += 1;
+        request
+            .write_to(&mut self.writer, id)
+            .and_then(|()| self.writer.flush())
+            .map_err(|e| Err(e.to_string()))?;
+        let h = read_frame(&mut self.reader, &mut self.payload).map_err(|e| Err(e.to_string()))?;
+        if h.request != id {
+            return Err(Err(format!("reply for request {} to request {id}", h.request)));
+        }
+        match Reply::decode(h.op, &self.payload).map_err(Err)? {
+            Reply::Error { code, message } => Err(Ok((code, message))),
+            reply => f(reply).map_err(Err),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    slots: HashMap<u64, u64>,
+    free: Vec<u64>,
+}
+
+/// A [`PageStore`] on a memory server reached with one-sided RDMA (`fabric://`).
+pub struct FabricStore {
+    name: String,
+    control: Mutex<Control>,
+    lost: AtomicBool,
+    attach: AttachOk,
+    capacity_pages: u64,
+    table: Mutex<Table>,
+    // Drop order: channels before the domain and the info they were opened from.
+    channels: Vec<Mutex<Option<Channel>>>,
+    register: bool,
+    domain: Arc<Domain>,
+    info: Info,
+}
+
+impl FabricStore {
+    /// Opens the control channel to `authority` (`HOST:PORT`), attaches, and connects the
+    /// first data channel.
+    pub fn connect(authority: &str, options: TcpOptions) -> Result<FabricStore, StoreError> {
+        let name = format!("fabric://{authority}");
+        let io = |error: std::io::Error| StoreError::Io {
+            store: name.clone(),
+            error,
+        };
+        let protocol = |message: String| StoreError::Protocol {
+            store: name.clone(),
+            message,
+        };
+        let addr = authority
+            .to_socket_addrs()
+            .map_err(io)?
+            .next()
+            .ok_or_else(|| io(std::io::Error::other("no address")))?;
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(io)?;
+        stream.set_nodelay(true).map_err(io)?;
+        let mut control = Control {
+            reader: BufReader::new(stream.try_clone().map_err(io)?),
+            writer: BufWriter::new(stream),
+            next_request: 0,
+            payload: Vec::new(),
+        };
+        let refused = |r: Result<(u16, String), String>| match r {
+            Ok((code, message)) => StoreError::Refused {
+                store: name.clone(),
+                code,
+                message,
+            },
+            Err(m) => protocol(m),
+        };
+        let hello = Request::Hello(Hello {
+            token: options.token.clone(),
+            namespace: options.namespace.clone(),
+            lane: Lane::Demand,
+        });
+        let capacity_pages = control
+            .call(&hello, |r| match r {
+                Reply::HelloOk(ok) if ok.page_size as usize == PAGE_SIZE => Ok(ok.capacity_pages),
+                Reply::HelloOk(ok) => Err(format!(
+                    "server pages are {} bytes, this client's are {PAGE_SIZE}",
+                    ok.page_size
+                )),
+                other => Err(format!("unexpected {:?} in reply to hello", other.op())),
+            })
+            .map_err(refused)?;
+        let attach = control
+            .call(&Request::Attach, |r| match r {
+                Reply::AttachOk(a) => Ok(a),
+                other => Err(format!("unexpected {:?} in reply to attach", other.op())),
+            })
+            .map_err(refused)?;
+        let host = authority
+            .rsplit_once(':')
+            .map_or(authority, |(h, _)| h)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        // The server's provider, unless FI_PROVIDER chooses (libfabric then filters itself).
+        let provider = std::env::var_os("FI_PROVIDER")
+            .is_none()
+            .then_some(attach.provider.as_str());
+        let fabric_err = |e: FabricError| StoreError::Io {
+            store: name.clone(),
+            error: std::io::Error::other(format!("libfabric ({}): {e}", attach.provider)),
+        };
+        let info = Info::rma(host, &attach.port.to_string(), false, provider).map_err(fabric_err)?;
+        let fabric = Fabric::open(&info).map_err(fabric_err)?;
+        let domain = Domain::open(&fabric, &info).map_err(fabric_err)?;
+        let store = FabricStore {
+            name: name.clone(),
+            control: Mutex::new(control),
+            lost: AtomicBool::new(false),
+            register: info.mr_mode() & FI_MR_LOCAL != 0,
+            attach,
+            capacity_pages,
+            table: Mutex::new(Table::default()),
+            channels: (0..options.connections.max(1) + 2)
+                .map(|_| Mutex::new(None))
+                .collect(),
+            domain,
+            info,
+        };
+        // One channel now, so that a server the fabric cannot reach fails here.
+        *lock(&store.channels[0]) = Some(store.open_channel(0)?);
+        Ok(store)
+    }
+
+    /// Pages the server can hold in all (across all its clients).
+    pub fn capacity_pages(&self) -> u64 {
+        self.capacity_pages
+    }
+
+    /// The libfabric provider the pages travel over.
+    pub fn provider(&self) -> &str {
+        &self.attach.provider
+    }
+
+    fn io(&self, error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+        StoreError::Io {
+            store: self.name.clone(),
+            error: std::io::Error::other(error),
+        }
+    }
+
+    fn open_channel(&self, index: usize) -> Result<Channel, StoreError> {
+        Channel::connect(
+            &self.domain,
+            &self.info,
+            &self.attach.session.to_le_bytes(),
+            CHANNEL_PAGES * PAGE_SIZE,
+            self.register,
+            index as u64 + 1,
+        )
+        .map_err(|e| self.io(format!("cannot connect a data endpoint ({}): {e}", self.attach.provider)))
+    }
+
+    /// A control request; a broken control channel marks the store lost for good.
+    fn control<T>(
+        &self,
+        request: &Request<'_>,
+        f: impl FnOnce(Reply<'_>) -> Result<T, String>,
+    ) -> Result<T, StoreError> {
+        self.check_alive()?;
+        match lock(&self.control).call(request, f) {
+            Ok(t) => Ok(t),
+            Err(Ok((code, message))) => Err(StoreError::Refused {
+                store: self.name.clone(),
+                code,
+                message,
+            }),
+            Err(Err(m)) => {
+                self.lost.store(true, Ordering::SeqCst);
+                Err(self.io(format!("control channel lost: {m}")))
+            }
+        }
+    }
+
+    fn check_alive(&self) -> Result<(), StoreError> {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(self.io(
+                "the control channel to the server was lost, and with it this client's pages there",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Server-side counters.
+    pub fn server_stats(&self) -> Result<ServerStats, StoreError> {
+        self.control(&Request::Stats, |r| match r {
+            Reply::StatsOk(s) => Ok(s),
+            other => Err(format!("unexpected {:?} in reply to stats", other.op())),
+        })
+    }
+
+    /// The remote address and key of slot `s`.
+    fn remote(&self, s: u64) -> Result<(u64, u64), StoreError> {
+        let a = &self.attach;
+        let r = a.regions.get((s / a.region_pages) as usize).ok_or_else(|| StoreError::Protocol {
+            store: self.name.clone(),
+            message: format!("slot {s} is outside the server's {} regions", a.regions.len()),
+        })?;
+        Ok((r.addr + (s % a.region_pages) * PAGE_SIZE as u64, r.key))
+    }
+
+    /// The transfers for `slots` (in buffer order): neighbouring slots of one region merge.
+    fn plan(&self, slots: &[u64], write: bool) -> Result<Vec<Rma>, StoreError> {
+        let mut ops: Vec<Rma> = Vec::new();
+        for (i, &s) in slots.iter().enumerate() {
+            let (addr, key) = self.remote(s)?;
+            if let Some(last) = ops.last_mut() {
+                if last.key == key && last.addr + last.len as u64 == addr && last.offset + last.len == i * PAGE_SIZE {
+                    last.len += PAGE_SIZE;
+                    continue;
+                }
+            }
+            ops.push(Rma {
+                write,
+                offset: i * PAGE_SIZE,
+                len: PAGE_SIZE,
+                addr,
+                key,
+            });
+        }
+        Ok(ops)
+    }
+
+    /// Runs `f` on a channel of the caller's lane (connecting it if needed); a channel whose
+    /// transfer failed is dropped, so a later call connects afresh.
+    fn with_channel<T>(
+        &self,
+        f: impl FnOnce(&mut Channel) -> Result<T, FabricError>,
+    ) -> Result<T, StoreError> {
+        self.check_alive()?;
+        let demand = self.channels.len() - 2;
+        let (range, first) = match thread_lane() {
+            Lane::Demand => (0..demand, 0),
+            Lane::Prefetch => (demand..demand + 1, demand),
+            Lane::Reclaim => (demand + 1..demand + 2, demand + 1),
+        };
+        let lanes = &self.channels[range.clone()];
+        let (index, mut slot) = lanes
+            .iter()
+            .enumerate()
+            .find_map(|(i, m)| m.try_lock().ok().map(|g| (first + i, g)))
+            .unwrap_or_else(|| (first, lock(&lanes[0])));
+        if slot.is_none() {
+            *slot = Some(self.open_channel(index)?);
+        }
+        let result = f(slot.as_mut().unwrap());
+        if result.is_err() {
+            *slot = None;
+        }
+        result.map_err(|e| self.io(e.to_string()))
+    }
+
+    /// Slots for `ids`, taking free ones for pages not yet stored (and asking the server for
+    /// more when the stock runs out).
+    fn assign(&self, ids: &[u64]) -> Result<Vec<u64>, StoreError> {
+        loop {
+            let mut t = lock(&self.table);
+            let new = ids.iter().filter(|id| !t.slots.contains_key(id)).count();
+            if t.free.len() >= new {
+                let t = &mut *t;
+                return Ok(ids
+                    .iter()
+                    .map(|&id| {
+                        *t.slots
+                            .entry(id)
+                            .or_insert_with(|| t.free.pop().expect("counted above"))
+                    })
+                    .collect());
+            }
+            let missing = new - t.free.len();
+            drop(t);
+            self.refill(missing)?;
+        }
+    }
+
+    /// Asks the server for at least `missing` more free slots.
+    fn refill(&self, missing: usize) -> Result<(), StoreError> {
+        let mut left = missing;
+        while left > 0 {
+            let need = left.min(ALLOC_CHUNK) as u32;
+            let got = self.control(
+                &Request::Alloc {
+                    need,
+                    want: ALLOC_CHUNK as u32,
+                },
+                |r| match r {
+                    Reply::AllocOk(slots) if slots.len() >= need as usize => Ok(slots),
+                    Reply::AllocOk(slots) => Err(format!("{} slots granted, {need} asked", slots.len())),
+                    other => Err(format!("unexpected {:?} in reply to alloc", other.op())),
+                },
+            )?;
+            left = left.saturating_sub(got.len());
+            lock(&self.table).free.extend(got);
+        }
+        Ok(())
+    }
+
+    /// Gives free slots beyond [`KEEP_FREE`] back to the server.
+    fn trim(&self) -> Result<(), StoreError> {
+        let excess: Vec<u64> = {
+            let mut t = lock(&self.table);
+            if t.free.len() <= KEEP_FREE + ALLOC_CHUNK {
+                return Ok(());
+            }
+            let keep = KEEP_FREE;
+            t.free.split_off(keep)
+        };
+        for chunk in excess.chunks(MAX_BATCH) {
+            self.control(&Request::Release { slots: chunk.into() }, |r| match r {
+                Reply::ReleaseOk => Ok(()),
+                other => Err(format!("unexpected {:?} in reply to release", other.op())),
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl PageStore for FabricStore {
+    fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
+        assert_eq!(out.len(), ids.len() * PAGE_SIZE);
+        let slots: Vec<u64> = {
+            let t = lock(&self.table);
+            ids.iter()
+                .map(|id| {
+                    t.slots.get(id).copied().ok_or_else(|| StoreError::Refused {
+                        store: self.name.clone(),
+                        code: code::NOT_FOUND,
+                        message: format!("page {id} is not stored there"),
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        };
+        for (slots, dst) in slots.chunks(CHANNEL_PAGES).zip(out.chunks_mut(CHANNEL_PAGES * PAGE_SIZE)) {
+            let ops = self.plan(slots, false)?;
+            self.with_channel(|ch| {
+                ch.transfer(&ops)?;
+                dst.copy_from_slice(&ch.buffer()[..dst.len()]);
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
+        assert_eq!(data.len(), ids.len() * PAGE_SIZE);
+        let slots = self.assign(ids)?;
+        let result = slots
+            .chunks(CHANNEL_PAGES)
+            .zip(data.chunks(CHANNEL_PAGES * PAGE_SIZE))
+            .try_for_each(|(slots, src)| {
+                let ops = self.plan(slots, true)?;
+                self.with_channel(|ch| {
+                    ch.buffer()[..src.len()].copy_from_slice(src);
+                    ch.transfer(&ops)
+                })
+            });
+        if result.is_err() {
+            // What the slots hold is unknown now, and a write of the failed endpoint may still
+            // land: forget the pages (a read of one is an error, never stale bytes) and leave
+            // their slots unused until the session ends.
+            let mut t = lock(&self.table);
+            for id in ids {
+                t.slots.remove(id);
+            }
+        }
+        result
+    }
+
+    fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
+        {
+            let mut t = lock(&self.table);
+            for id in ids {
+                if let Some(s) = t.slots.remove(id) {
+                    t.free.push(s);
+                }
+            }
+        }
+        self.trim()
+    }
+
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl std::fmt::Debug for FabricStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FabricStore")
+            .field("server", &self.name)
+            .field("provider", &self.attach.provider)
+            .finish()
+    }
+}

@@ -1,0 +1,1252 @@
+//! libfabric's objects (fabric, domain, event and completion queues, memory regions, active and
+//! passive endpoints) as owned Rust values that close themselves, and the one-sided transfer
+//! that is the only way to move bytes through them.
+//!
+//! Apart from `fi_fabric`, libfabric's API is static inline functions in its headers that call
+//! through the function table of each object (`ep->rma->read(...)`); the `#[repr(C)]` tables
+//! below copy `<rdma/fabric.h>`, `fi_domain.h`, `fi_endpoint.h`, `fi_cm.h`, `fi_rma.h` and
+//! `fi_eq.h` of libfabric 1.17 up to the last member called. Each object holds an `Arc` of
+//! what it was opened from, so closing follows libfabric's order (endpoints before their
+//! queues, queues and regions before their domain, the domain before its fabric) whatever
+//! order the owners drop them in.
+//!
+//! A transfer's buffer must stay valid until the provider is done with it, which a borrow
+//! cannot promise if the caller gives up waiting: so the registered buffer belongs to the
+//! [`Channel`] that posts into it, [`Channel::transfer`] returns only when every operation it
+//! posted has completed, and a channel whose transfer failed closes its endpoint (cancelling
+//! whatever is still posted) before its buffer can be freed or reused.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{load, text, FabricAttr, Info, Libfabric, RawInfo};
+
+// ---- the C layouts -------------------------------------------------------------------------
+
+#[repr(C)]
+pub(super) struct Fid {
+    fclass: usize,
+    context: *mut c_void,
+    ops: *const FiOps,
+}
+
+#[repr(C)]
+struct FiOps {
+    size: usize,
+    close: unsafe extern "C" fn(*mut Fid) -> c_int,
+    bind: unsafe extern "C" fn(*mut Fid, *mut Fid, u64) -> c_int,
+    control: unsafe extern "C" fn(*mut Fid, c_int, *mut c_void) -> c_int,
+}
+
+#[repr(C)]
+struct FidFabric {
+    fid: Fid,
+    ops: *const OpsFabric,
+    api_version: u32,
+}
+
+type Opaque = *const c_void;
+
+#[repr(C)]
+struct OpsFabric {
+    size: usize,
+    domain: unsafe extern "C" fn(*mut FidFabric, *mut RawInfo, *mut *mut FidDomain, *mut c_void)
+        -> c_int,
+    passive_ep:
+        unsafe extern "C" fn(*mut FidFabric, *mut RawInfo, *mut *mut FidPep, *mut c_void) -> c_int,
+    eq_open: unsafe extern "C" fn(*mut FidFabric, *mut EqAttr, *mut *mut FidEq, *mut c_void)
+        -> c_int,
+}
+
+#[repr(C)]
+struct FidDomain {
+    fid: Fid,
+    ops: *const OpsDomain,
+    mr: *const OpsMr,
+}
+
+#[repr(C)]
+struct OpsDomain {
+    size: usize,
+    av_open: Opaque,
+    cq_open:
+        unsafe extern "C" fn(*mut FidDomain, *mut CqAttr, *mut *mut FidCq, *mut c_void) -> c_int,
+    endpoint:
+        unsafe extern "C" fn(*mut FidDomain, *mut RawInfo, *mut *mut FidEp, *mut c_void) -> c_int,
+}
+
+#[repr(C)]
+struct OpsMr {
+    size: usize,
+    #[allow(clippy::type_complexity)]
+    reg: unsafe extern "C" fn(
+        *mut Fid,
+        *const c_void,
+        usize,
+        u64,
+        u64,
+        u64,
+        u64,
+        *mut *mut FidMr,
+        *mut c_void,
+    ) -> c_int,
+}
+
+#[repr(C)]
+struct FidMr {
+    fid: Fid,
+    mem_desc: *mut c_void,
+    key: u64,
+}
+
+#[repr(C)]
+struct FidEp {
+    fid: Fid,
+    ops: Opaque,
+    cm: *const OpsCm,
+    msg: Opaque,
+    rma: *const OpsRma,
+}
+
+/// `struct fid_pep`: its `cm` table sits where an active endpoint's does, which is what lets
+/// `fi_getname` take either.
+#[repr(C)]
+struct FidPep {
+    fid: Fid,
+    ops: Opaque,
+    cm: *const OpsCm,
+}
+
+#[repr(C)]
+struct OpsCm {
+    size: usize,
+    setname: Opaque,
+    getname: unsafe extern "C" fn(*mut Fid, *mut c_void, *mut usize) -> c_int,
+    getpeer: Opaque,
+    connect: unsafe extern "C" fn(*mut FidEp, *const c_void, *const c_void, usize) -> c_int,
+    listen: unsafe extern "C" fn(*mut FidPep) -> c_int,
+    accept: unsafe extern "C" fn(*mut FidEp, *const c_void, usize) -> c_int,
+    reject: unsafe extern "C" fn(*mut FidPep, *mut Fid, *const c_void, usize) -> c_int,
+}
+
+type RmaFn = unsafe extern "C" fn(
+    ep: *mut FidEp,
+    buf: *mut c_void,
+    len: usize,
+    desc: *mut c_void,
+    peer: u64,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize;
+
+#[repr(C)]
+struct OpsRma {
+    size: usize,
+    read: RmaFn,
+    readv: Opaque,
+    readmsg: Opaque,
+    /// `fi_write` takes a `const void *` buffer: the same ABI as `read`'s.
+    write: RmaFn,
+}
+
+#[repr(C)]
+struct EqAttr {
+    size: usize,
+    flags: u64,
+    wait_obj: c_int,
+    signaling_vector: c_int,
+    wait_set: *mut c_void,
+}
+
+#[repr(C)]
+struct FidEq {
+    fid: Fid,
+    ops: *const OpsEq,
+}
+
+#[repr(C)]
+struct OpsEq {
+    size: usize,
+    read: Opaque,
+    readerr: unsafe extern "C" fn(*mut FidEq, *mut EqErrEntry, u64) -> isize,
+    write: Opaque,
+    sread: unsafe extern "C" fn(*mut FidEq, *mut u32, *mut c_void, usize, c_int, u64) -> isize,
+}
+
+#[repr(C)]
+struct EqErrEntry {
+    fid: *mut Fid,
+    context: *mut c_void,
+    data: u64,
+    err: c_int,
+    prov_errno: c_int,
+    err_data: *mut c_void,
+    err_data_size: usize,
+}
+
+#[repr(C)]
+struct CqAttr {
+    size: usize,
+    flags: u64,
+    format: c_int,
+    wait_obj: c_int,
+    signaling_vector: c_int,
+    wait_cond: c_int,
+    wait_set: *mut c_void,
+}
+
+#[repr(C)]
+struct FidCq {
+    fid: Fid,
+    ops: *const OpsCq,
+}
+
+#[repr(C)]
+struct OpsCq {
+    size: usize,
+    read: unsafe extern "C" fn(*mut FidCq, *mut c_void, usize) -> isize,
+    readfrom: Opaque,
+    readerr: unsafe extern "C" fn(*mut FidCq, *mut CqErrEntry, u64) -> isize,
+    sread: unsafe extern "C" fn(*mut FidCq, *mut c_void, usize, *const c_void, c_int) -> isize,
+}
+
+#[repr(C)]
+struct CqErrEntry {
+    op_context: *mut c_void,
+    flags: u64,
+    len: usize,
+    buf: *mut c_void,
+    data: u64,
+    tag: u64,
+    olen: usize,
+    err: c_int,
+    prov_errno: c_int,
+    err_data: *mut c_void,
+    err_data_size: usize,
+}
+
+// ---- constants -----------------------------------------------------------------------------
+
+const FI_READ: u64 = 1 << 8;
+const FI_WRITE: u64 = 1 << 9;
+const FI_RECV: u64 = 1 << 10;
+const FI_TRANSMIT: u64 = 1 << 11;
+const FI_REMOTE_READ: u64 = 1 << 12;
+const FI_REMOTE_WRITE: u64 = 1 << 13;
+const FI_ENABLE: c_int = 6;
+const FI_WAIT_UNSPEC: c_int = 1;
+const FI_CQ_FORMAT_CONTEXT: c_int = 1;
+const FI_CONNREQ: u32 = 1;
+const FI_CONNECTED: u32 = 2;
+const FI_SHUTDOWN: u32 = 3;
+pub(super) const FI_EAGAIN: c_int = libc::EAGAIN;
+const FI_EAVAIL: c_int = 259;
+/// Bytes of connection data a connect may carry here (every provider with FI_EP_MSG takes at
+/// least this many).
+pub const CM_DATA_MAX: usize = 56;
+
+// ---- errors --------------------------------------------------------------------------------
+
+/// A failed libfabric call: which one, and libfabric's message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FabricError {
+    pub call: &'static str,
+    /// The (positive) `FI_E*` / errno value.
+    pub code: c_int,
+    pub message: String,
+}
+
+impl std::fmt::Display for FabricError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.call, self.message)
+    }
+}
+
+impl std::error::Error for FabricError {}
+
+fn lib() -> &'static Libfabric {
+    load().expect("fabric objects exist only once libfabric is loaded")
+}
+
+/// `Ok` for 0 (or any non-negative count), else the error of `call`.
+fn check(call: &'static str, rc: isize) -> Result<usize, FabricError> {
+    if rc >= 0 {
+        return Ok(rc as usize);
+    }
+    let code = (-rc) as c_int;
+    Err(FabricError {
+        call,
+        code,
+        message: lib().strerror(code),
+    })
+}
+
+fn fail(call: &'static str, code: c_int, message: String) -> FabricError {
+    FabricError {
+        call,
+        code,
+        message,
+    }
+}
+
+/// Whether the function table at `table` (whose first member is its size) holds the member
+/// ending at byte `end`: a provider built against an older libfabric may hand out shorter
+/// tables, and calling past one's end would jump anywhere.
+///
+/// # Safety
+/// `table` points to a live table whose first member is its `size_t` size.
+unsafe fn has_member<T>(table: *const T, end: usize) -> bool {
+    // SAFETY: per the contract, the first member is readable.
+    !table.is_null() && unsafe { *(table as *const usize) } >= end
+}
+
+macro_rules! member_end {
+    ($t:ty, $m:ident) => {
+        std::mem::offset_of!($t, $m) + std::mem::size_of::<usize>()
+    };
+}
+
+/// Calls `close` on a fid, reporting nothing (it runs from `Drop`).
+///
+/// # Safety
+/// `fid` is a live, open libfabric object not used after this.
+unsafe fn close(fid: *mut Fid) {
+    // SAFETY: every fid's ops table has close (the first entry after the size).
+    unsafe { ((*(*fid).ops).close)(fid) };
+}
+
+// ---- memory --------------------------------------------------------------------------------
+
+/// Page-aligned anonymous memory for registration: a server's page pool, a channel's buffer.
+#[derive(Debug)]
+pub struct Memory {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a plain mapping owned by this value; the bytes are reached only through the methods
+// below, which take `&mut self` for local access or raw pointers handed to libfabric.
+unsafe impl Send for Memory {}
+// SAFETY: as above; `&self` methods never touch the bytes except `zero`, which writes only a
+// range the caller owns (documented there).
+unsafe impl Sync for Memory {}
+
+impl Memory {
+    /// `len` bytes (rounded up to pages), zero until written; reserved lazily, so a large pool
+    /// costs only what it holds until a provider pins it.
+    pub fn new(len: usize) -> std::io::Result<Memory> {
+        let len = len.max(1).next_multiple_of(4096);
+        // SAFETY: an anonymous private mapping of a fresh range; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Memory {
+            ptr: p.cast(),
+            len,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The mapping's address, for `FI_MR_VIRT_ADDR` providers' remote addresses.
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// Zeroes `offset..offset + len`, giving back its memory to the kernel. The caller owns
+    /// that range: no transfer may be reading or writing it.
+    pub fn zero(&self, offset: usize, len: usize) {
+        assert!(offset % 4096 == 0 && len % 4096 == 0 && offset + len <= self.len);
+        // SAFETY: a page-aligned range inside our own mapping (checked above); MADV_DONTNEED
+        // on a private anonymous mapping makes its pages read back as zeros.
+        unsafe { libc::madvise(self.ptr.add(offset).cast(), len, libc::MADV_DONTNEED) };
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        // SAFETY: our mapping; every region registered on it holds an Arc of it, so none is
+        // left when this runs.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+// ---- fabric, domain ------------------------------------------------------------------------
+
+/// An open fabric (`fi_fabric`).
+pub struct Fabric {
+    raw: *mut FidFabric,
+}
+
+// SAFETY: libfabric objects are thread safe under FI_THREAD_SAFE, which every info this
+// module opens asks for (see `Info::get`).
+unsafe impl Send for Fabric {}
+// SAFETY: as above.
+unsafe impl Sync for Fabric {}
+
+impl Fabric {
+    pub fn open(info: &Info) -> Result<Arc<Fabric>, FabricError> {
+        let lib = lib();
+        let mut raw: *mut FidFabric = std::ptr::null_mut();
+        // SAFETY: the fabric attributes of a live info; a place for the result (a fid_fabric).
+        let rc = unsafe {
+            (lib.fabric)(
+                (*info.head()).fabric_attr,
+                (&mut raw as *mut *mut FidFabric).cast(),
+                std::ptr::null_mut(),
+            )
+        };
+        check("fi_fabric", rc as isize)?;
+        // SAFETY: fi_fabric succeeded: raw is a live fabric whose ops table we check.
+        if !unsafe { has_member((*raw).ops, member_end!(OpsFabric, eq_open)) } {
+            // SAFETY: opened just above, not used after.
+            unsafe { close(raw.cast()) };
+            return Err(fail("fi_fabric", 0, "the provider's fabric table is too short".into()));
+        }
+        Ok(Arc::new(Fabric { raw }))
+    }
+}
+
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        // SAFETY: ours, and everything opened from it holds an Arc of it, so nothing is left.
+        unsafe { close(self.raw.cast()) };
+    }
+}
+
+/// An open domain: one NIC (or one interface, for tcp), where memory is registered.
+pub struct Domain {
+    raw: *mut FidDomain,
+    fabric: Arc<Fabric>,
+}
+
+// SAFETY: see Fabric.
+unsafe impl Send for Domain {}
+// SAFETY: see Fabric.
+unsafe impl Sync for Domain {}
+
+impl Domain {
+    pub fn open(fabric: &Arc<Fabric>, info: &Info) -> Result<Arc<Domain>, FabricError> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live fabric (its table checked at open) and a live info.
+        let rc = unsafe {
+            ((*(*fabric.raw).ops).domain)(fabric.raw, info.head(), &mut raw, std::ptr::null_mut())
+        };
+        check("fi_domain", rc as isize)?;
+        // SAFETY: a live domain; its tables checked before any use.
+        let ok = unsafe {
+            has_member((*raw).ops, member_end!(OpsDomain, endpoint))
+                && has_member((*raw).mr, member_end!(OpsMr, reg))
+        };
+        if !ok {
+            // SAFETY: opened just above.
+            unsafe { close(raw.cast()) };
+            return Err(fail("fi_domain", 0, "the provider's domain table is too short".into()));
+        }
+        Ok(Arc::new(Domain {
+            raw,
+            fabric: fabric.clone(),
+        }))
+    }
+
+    pub fn fabric(&self) -> &Arc<Fabric> {
+        &self.fabric
+    }
+}
+
+impl Drop for Domain {
+    fn drop(&mut self) {
+        // SAFETY: ours; regions, queues and endpoints hold Arcs of it.
+        unsafe { close(self.raw.cast()) };
+    }
+}
+
+/// Who may touch a registered region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// This side's own reads into and writes from it (`FI_READ | FI_WRITE`).
+    Local,
+    /// Peers' one-sided reads and writes (`FI_REMOTE_READ | FI_REMOTE_WRITE`).
+    Remote,
+}
+
+/// A registered memory region: a range of a [`Memory`] with its descriptor and key.
+pub struct MemoryRegion {
+    raw: *mut FidMr,
+    memory: Arc<Memory>,
+    offset: usize,
+    len: usize,
+    _domain: Arc<Domain>,
+}
+
+// SAFETY: see Fabric; the region's bytes are reached only by transfers.
+unsafe impl Send for MemoryRegion {}
+// SAFETY: see Fabric.
+unsafe impl Sync for MemoryRegion {}
+
+impl MemoryRegion {
+    /// Registers `memory[offset..offset + len]`. `key` is used where the provider lets the
+    /// application choose keys (not `FI_MR_PROV_KEY`); it must be unique within the domain.
+    pub fn register(
+        domain: &Arc<Domain>,
+        memory: &Arc<Memory>,
+        offset: usize,
+        len: usize,
+        access: Access,
+        key: u64,
+    ) -> Result<MemoryRegion, FabricError> {
+        assert!(offset + len <= memory.len());
+        let access = match access {
+            Access::Local => FI_READ | FI_WRITE,
+            Access::Remote => FI_REMOTE_READ | FI_REMOTE_WRITE,
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live domain (mr table checked at open) and a range inside a mapping that
+        // outlives the region (we keep an Arc of it).
+        let rc = unsafe {
+            ((*(*domain.raw).mr).reg)(
+                &mut (*domain.raw).fid,
+                memory.ptr.add(offset).cast(),
+                len,
+                access,
+                0,
+                key,
+                0,
+                &mut raw,
+                std::ptr::null_mut(),
+            )
+        };
+        check("fi_mr_reg", rc as isize)?;
+        Ok(MemoryRegion {
+            raw,
+            memory: memory.clone(),
+            offset,
+            len,
+            _domain: domain.clone(),
+        })
+    }
+
+    /// The key a peer presents to reach this region.
+    pub fn key(&self) -> u64 {
+        // SAFETY: a live region; `key` is a plain field (fi_mr_key).
+        unsafe { (*self.raw).key }
+    }
+
+    fn desc(&self) -> *mut c_void {
+        // SAFETY: a live region; `mem_desc` is a plain field (fi_mr_desc).
+        unsafe { (*self.raw).mem_desc }
+    }
+
+    /// The region's address in this process (a peer's base for `FI_MR_VIRT_ADDR`).
+    pub fn addr(&self) -> u64 {
+        self.memory.addr() + self.offset as u64
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // SAFETY: ours; endpoints that could be using it are closed before their channel's
+        // region (field order in Channel) and a server closes its endpoints before its pool.
+        unsafe { close(self.raw.cast()) };
+    }
+}
+
+// ---- queues --------------------------------------------------------------------------------
+
+/// An event queue: connection requests, established and closed connections.
+pub struct EventQueue {
+    raw: *mut FidEq,
+    _fabric: Arc<Fabric>,
+}
+
+// SAFETY: see Fabric.
+unsafe impl Send for EventQueue {}
+// SAFETY: see Fabric.
+unsafe impl Sync for EventQueue {}
+
+/// What [`EventQueue::wait`] saw.
+#[derive(Debug)]
+pub enum Event {
+    /// A peer asks to connect; `data` is what it sent with the request.
+    ConnectRequest { info: Info, data: Vec<u8> },
+    /// The endpoint with this id is connected.
+    Connected { endpoint: usize },
+    /// The endpoint with this id lost its peer.
+    Shutdown { endpoint: usize },
+    /// Nothing before the timeout.
+    Timeout,
+}
+
+impl EventQueue {
+    pub fn open(fabric: &Arc<Fabric>) -> Result<Arc<EventQueue>, FabricError> {
+        let mut attr = EqAttr {
+            size: 0,
+            flags: 0,
+            wait_obj: FI_WAIT_UNSPEC,
+            signaling_vector: 0,
+            wait_set: std::ptr::null_mut(),
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live fabric (table checked), an attribute struct, a place for the result.
+        let rc = unsafe {
+            ((*(*fabric.raw).ops).eq_open)(fabric.raw, &mut attr, &mut raw, std::ptr::null_mut())
+        };
+        check("fi_eq_open", rc as isize)?;
+        // SAFETY: a live queue; its table checked before use.
+        if !unsafe { has_member((*raw).ops, member_end!(OpsEq, sread)) } {
+            // SAFETY: opened just above.
+            unsafe { close(raw.cast()) };
+            return Err(fail("fi_eq_open", 0, "the provider's queue table is too short".into()));
+        }
+        Ok(Arc::new(EventQueue {
+            raw,
+            _fabric: fabric.clone(),
+        }))
+    }
+
+    /// Waits up to `timeout` for the next event (an error event is returned as the error).
+    pub fn wait(&self, timeout: Duration) -> Result<Event, FabricError> {
+        #[repr(C)]
+        struct CmEntry {
+            fid: *mut Fid,
+            info: *mut RawInfo,
+            data: [u8; CM_DATA_MAX],
+        }
+        let mut entry = CmEntry {
+            fid: std::ptr::null_mut(),
+            info: std::ptr::null_mut(),
+            data: [0; CM_DATA_MAX],
+        };
+        let mut event = 0u32;
+        let ms = timeout.as_millis().min(i32::MAX as u128) as c_int;
+        // SAFETY: a live queue (table checked at open) and a buffer of the size given.
+        let n = unsafe {
+            ((*(*self.raw).ops).sread)(
+                self.raw,
+                &mut event,
+                (&mut entry as *mut CmEntry).cast(),
+                std::mem::size_of::<CmEntry>(),
+                ms,
+                0,
+            )
+        };
+        if n == -(FI_EAGAIN as isize) || n == -(libc::ETIMEDOUT as isize) {
+            return Ok(Event::Timeout);
+        }
+        if n == -(FI_EAVAIL as isize) {
+            return Err(self.error());
+        }
+        let n = check("fi_eq_sread", n)?;
+        let header = std::mem::offset_of!(CmEntry, data);
+        Ok(match event {
+            FI_CONNREQ => Event::ConnectRequest {
+                // SAFETY: a connection request carries an fi_info that is ours to free.
+                info: unsafe { Info::from_raw(entry.info) },
+                data: entry.data[..n.saturating_sub(header).min(CM_DATA_MAX)].to_vec(),
+            },
+            FI_CONNECTED => Event::Connected {
+                endpoint: entry.fid as usize,
+            },
+            FI_SHUTDOWN => Event::Shutdown {
+                endpoint: entry.fid as usize,
+            },
+            other => {
+                return Err(fail(
+                    "fi_eq_sread",
+                    0,
+                    format!("unexpected event {other}"),
+                ))
+            }
+        })
+    }
+
+    fn error(&self) -> FabricError {
+        // SAFETY: a zeroed error entry is a valid input (err_data_size 0: no error data).
+        let mut e: EqErrEntry = unsafe { std::mem::zeroed() };
+        // SAFETY: a live queue and an entry to fill.
+        let n = unsafe { ((*(*self.raw).ops).readerr)(self.raw, &mut e, 0) };
+        if n < 0 {
+            return check("fi_eq_readerr", n).unwrap_err();
+        }
+        fail("connection", e.err, lib().strerror(e.err))
+    }
+}
+
+impl Drop for EventQueue {
+    fn drop(&mut self) {
+        // SAFETY: ours; endpoints bound to it hold Arcs of it.
+        unsafe { close(self.raw.cast()) };
+    }
+}
+
+/// A completion queue: where the operations a channel posts report.
+pub struct CompletionQueue {
+    raw: *mut FidCq,
+    _domain: Arc<Domain>,
+}
+
+// SAFETY: see Fabric.
+unsafe impl Send for CompletionQueue {}
+// SAFETY: see Fabric.
+unsafe impl Sync for CompletionQueue {}
+
+impl CompletionQueue {
+    pub fn open(domain: &Arc<Domain>, size: usize) -> Result<Arc<CompletionQueue>, FabricError> {
+        let mut attr = CqAttr {
+            size,
+            flags: 0,
+            format: FI_CQ_FORMAT_CONTEXT,
+            wait_obj: FI_WAIT_UNSPEC,
+            signaling_vector: 0,
+            wait_cond: 0,
+            wait_set: std::ptr::null_mut(),
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live domain (table checked), an attribute struct, a place for the result.
+        let rc = unsafe {
+            ((*(*domain.raw).ops).cq_open)(domain.raw, &mut attr, &mut raw, std::ptr::null_mut())
+        };
+        check("fi_cq_open", rc as isize)?;
+        // SAFETY: a live queue; its table checked before use.
+        if !unsafe { has_member((*raw).ops, member_end!(OpsCq, sread)) } {
+            // SAFETY: opened just above.
+            unsafe { close(raw.cast()) };
+            return Err(fail("fi_cq_open", 0, "the provider's queue table is too short".into()));
+        }
+        Ok(Arc::new(CompletionQueue {
+            raw,
+            _domain: domain.clone(),
+        }))
+    }
+
+    /// Reaps finished operations without blocking: how many.
+    fn poll(&self) -> Result<usize, FabricError> {
+        let mut entries = [std::ptr::null_mut::<c_void>(); 16];
+        // SAFETY: a live queue and room for 16 context-format entries.
+        let n = unsafe { ((*(*self.raw).ops).read)(self.raw, entries.as_mut_ptr().cast(), 16) };
+        self.reaped("fi_cq_read", n)
+    }
+
+    /// Blocks up to `timeout` for finished operations: how many (0 at the timeout). This is
+    /// also what drives a provider's progress on a side that posts nothing (a server).
+    pub fn wait(&self, timeout: Duration) -> Result<usize, FabricError> {
+        let mut entries = [std::ptr::null_mut::<c_void>(); 16];
+        let ms = timeout.as_millis().min(i32::MAX as u128) as c_int;
+        // SAFETY: a live queue and room for 16 context-format entries; no wait condition.
+        let n = unsafe {
+            ((*(*self.raw).ops).sread)(self.raw, entries.as_mut_ptr().cast(), 16, std::ptr::null(), ms)
+        };
+        if n == -(libc::ETIMEDOUT as isize) {
+            return Ok(0);
+        }
+        self.reaped("fi_cq_sread", n)
+    }
+
+    fn reaped(&self, call: &'static str, n: isize) -> Result<usize, FabricError> {
+        if n == -(FI_EAGAIN as isize) {
+            return Ok(0);
+        }
+        if n == -(FI_EAVAIL as isize) {
+            return Err(self.error());
+        }
+        check(call, n)
+    }
+
+    fn error(&self) -> FabricError {
+        // SAFETY: a zeroed error entry is a valid input (err_data_size 0).
+        let mut e: CqErrEntry = unsafe { std::mem::zeroed() };
+        // SAFETY: a live queue and an entry to fill.
+        let n = unsafe { ((*(*self.raw).ops).readerr)(self.raw, &mut e, 0) };
+        if n < 0 {
+            return check("fi_cq_readerr", n).unwrap_err();
+        }
+        fail(
+            "one-sided transfer",
+            e.err,
+            format!("{} (provider error {})", lib().strerror(e.err), e.prov_errno),
+        )
+    }
+}
+
+impl Drop for CompletionQueue {
+    fn drop(&mut self) {
+        // SAFETY: ours; endpoints bound to it hold Arcs of it.
+        unsafe { close(self.raw.cast()) };
+    }
+}
+
+// ---- endpoints -----------------------------------------------------------------------------
+
+/// A connected (or connecting) endpoint.
+pub struct Endpoint {
+    raw: *mut FidEp,
+    _eq: Arc<EventQueue>,
+    _cq: Arc<CompletionQueue>,
+    _domain: Arc<Domain>,
+}
+
+// SAFETY: see Fabric.
+unsafe impl Send for Endpoint {}
+// SAFETY: see Fabric.
+unsafe impl Sync for Endpoint {}
+
+impl Endpoint {
+    /// Opens an endpoint for `info` bound to `eq` (its connection events) and `cq` (its
+    /// completions), enabled.
+    pub fn open(
+        domain: &Arc<Domain>,
+        info: &Info,
+        eq: &Arc<EventQueue>,
+        cq: &Arc<CompletionQueue>,
+    ) -> Result<Endpoint, FabricError> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live domain (table checked) and info; a place for the result.
+        let rc = unsafe {
+            ((*(*domain.raw).ops).endpoint)(domain.raw, info.head(), &mut raw, std::ptr::null_mut())
+        };
+        check("fi_endpoint", rc as isize)?;
+        // SAFETY: a live endpoint; its tables checked before any call through them.
+        let ok = unsafe {
+            has_member((*raw).cm, member_end!(OpsCm, reject))
+                && has_member((*raw).rma, member_end!(OpsRma, write))
+                && has_member((*raw).fid.ops, member_end!(FiOps, control))
+        };
+        let ep = Endpoint {
+            raw,
+            _eq: eq.clone(),
+            _cq: cq.clone(),
+            _domain: domain.clone(),
+        };
+        if !ok {
+            return Err(fail("fi_endpoint", 0, "the provider's endpoint tables are too short".into()));
+        }
+        // SAFETY: a live endpoint, queue objects that outlive it (we hold Arcs).
+        unsafe {
+            let fid = &mut (*raw).fid as *mut Fid;
+            let ops = (*raw).fid.ops;
+            check("fi_ep_bind", ((*ops).bind)(fid, &mut (*eq.raw).fid, 0) as isize)?;
+            check(
+                "fi_ep_bind",
+                ((*ops).bind)(fid, &mut (*cq.raw).fid, FI_TRANSMIT | FI_RECV) as isize,
+            )?;
+            check(
+                "fi_enable",
+                ((*ops).control)(fid, FI_ENABLE, std::ptr::null_mut()) as isize,
+            )?;
+        }
+        Ok(ep)
+    }
+
+    /// The id connection events name this endpoint by.
+    pub fn id(&self) -> usize {
+        self.raw as usize
+    }
+
+    /// Connects to `info`'s destination with `data` (at most [`CM_DATA_MAX`] bytes) and
+    /// waits up to `timeout` for `eq` (the queue it was opened with) to confirm.
+    pub fn connect(
+        &self,
+        info: &Info,
+        eq: &EventQueue,
+        data: &[u8],
+        timeout: Duration,
+    ) -> Result<(), FabricError> {
+        assert!(data.len() <= CM_DATA_MAX);
+        // SAFETY: a live endpoint (cm table checked) and the destination address of a live
+        // info (some providers, tcp among them, do not fall back to it when given NULL).
+        let rc = unsafe {
+            ((*(*self.raw).cm).connect)(
+                self.raw,
+                (*info.head()).dest_addr,
+                data.as_ptr().cast(),
+                data.len(),
+            )
+        };
+        check("fi_connect", rc as isize)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(fail("fi_connect", libc::ETIMEDOUT, "no answer".into()));
+            }
+            match eq.wait(left)? {
+                Event::Connected { endpoint } if endpoint == self.id() => return Ok(()),
+                Event::Shutdown { endpoint } if endpoint == self.id() => {
+                    return Err(fail("fi_connect", libc::ECONNRESET, "closed by the peer".into()))
+                }
+                Event::ConnectRequest { .. } | Event::Connected { .. } | Event::Shutdown { .. } => {}
+                Event::Timeout => {}
+            }
+        }
+    }
+
+    /// Accepts the connection request this endpoint was opened for.
+    pub fn accept(&self) -> Result<(), FabricError> {
+        // SAFETY: a live endpoint (cm table checked), no accept data.
+        let rc = unsafe { ((*(*self.raw).cm).accept)(self.raw, std::ptr::null(), 0) };
+        check("fi_accept", rc as isize).map(drop)
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // SAFETY: ours; closing it cancels whatever is still posted on it, before the channel
+        // that owns its buffer frees that buffer.
+        unsafe { close(self.raw.cast()) };
+    }
+}
+
+/// A listening endpoint.
+pub struct PassiveEndpoint {
+    raw: *mut FidPep,
+    _eq: Arc<EventQueue>,
+    _fabric: Arc<Fabric>,
+}
+
+// SAFETY: see Fabric.
+unsafe impl Send for PassiveEndpoint {}
+// SAFETY: see Fabric.
+unsafe impl Sync for PassiveEndpoint {}
+
+impl PassiveEndpoint {
+    /// Listens at the info's source address, reporting requests on `eq`.
+    pub fn listen(
+        fabric: &Arc<Fabric>,
+        info: &Info,
+        eq: &Arc<EventQueue>,
+    ) -> Result<PassiveEndpoint, FabricError> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live fabric (table checked) and info; a place for the result.
+        let rc = unsafe {
+            ((*(*fabric.raw).ops).passive_ep)(fabric.raw, info.head(), &mut raw, std::ptr::null_mut())
+        };
+        check("fi_passive_ep", rc as isize)?;
+        let pep = PassiveEndpoint {
+            raw,
+            _eq: eq.clone(),
+            _fabric: fabric.clone(),
+        };
+        // SAFETY: a live passive endpoint; tables checked before the calls.
+        unsafe {
+            if !has_member((*raw).cm, member_end!(OpsCm, reject))
+                || !has_member((*raw).fid.ops, member_end!(FiOps, bind))
+            {
+                return Err(fail("fi_passive_ep", 0, "the provider's tables are too short".into()));
+            }
+            let ops = (*raw).fid.ops;
+            check("fi_pep_bind", ((*ops).bind)(&mut (*raw).fid, &mut (*eq.raw).fid, 0) as isize)?;
+            check("fi_listen", ((*(*raw).cm).listen)(raw) as isize)?;
+        }
+        Ok(pep)
+    }
+
+    /// The port it listens on (the first two bytes after the family of a `sockaddr_in` or
+    /// `sockaddr_in6`, which every IP-based provider's names are).
+    pub fn port(&self) -> Result<u16, FabricError> {
+        let mut buf = [0u8; 128];
+        let mut len = buf.len();
+        // SAFETY: a live passive endpoint (cm checked) and a buffer of the length given.
+        let rc = unsafe {
+            ((*(*self.raw).cm).getname)(&mut (*self.raw).fid, buf.as_mut_ptr().cast(), &mut len)
+        };
+        check("fi_getname", rc as isize)?;
+        let family = u16::from_ne_bytes([buf[0], buf[1]]) as c_int;
+        if len < 4 || (family != libc::AF_INET && family != libc::AF_INET6) {
+            return Err(fail("fi_getname", 0, format!("not an IP address (family {family})")));
+        }
+        Ok(u16::from_be_bytes([buf[2], buf[3]]))
+    }
+
+    /// Refuses the connection request `info` came with.
+    pub fn reject(&self, info: &Info) {
+        // SAFETY: a live passive endpoint (cm checked) and the request's handle from its info.
+        unsafe { ((*(*self.raw).cm).reject)(self.raw, (*info.head()).handle.cast(), std::ptr::null(), 0) };
+    }
+}
+
+impl Drop for PassiveEndpoint {
+    fn drop(&mut self) {
+        // SAFETY: ours.
+        unsafe { close(self.raw.cast()) };
+    }
+}
+
+// ---- channels: an endpoint with its own registered buffer ----------------------------------
+
+/// One one-sided operation of a transfer: `len` bytes between `offset` in the channel's buffer
+/// and `addr` in the peer's region with `key`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rma {
+    pub write: bool,
+    pub offset: usize,
+    pub len: usize,
+    pub addr: u64,
+    pub key: u64,
+}
+
+/// A connected endpoint, its completion queue and its registered buffer.
+pub struct Channel {
+    // Field order is drop order: the endpoint (cancelling anything posted) before the region
+    // and the memory it points into.
+    ep: Endpoint,
+    cq: Arc<CompletionQueue>,
+    eq: Arc<EventQueue>,
+    region: Option<MemoryRegion>,
+    buffer: Arc<Memory>,
+    /// Most operations the endpoint takes at once.
+    depth: usize,
+    /// Longest a transfer waits for its completions before the peer is declared gone.
+    timeout: Duration,
+}
+
+impl Channel {
+    /// Connects a new endpoint to `info`'s destination, sending `data` with the request, with
+    /// a buffer of `buffer_len` bytes (registered when `register`, i.e. `FI_MR_LOCAL`).
+    pub fn connect(
+        domain: &Arc<Domain>,
+        info: &Info,
+        data: &[u8],
+        buffer_len: usize,
+        register: bool,
+        key: u64,
+    ) -> Result<Channel, FabricError> {
+        let eq = EventQueue::open(domain.fabric())?;
+        let depth = info.tx_size().clamp(1, 256);
+        let cq = CompletionQueue::open(domain, depth * 2)?;
+        let ep = Endpoint::open(domain, info, &eq, &cq)?;
+        let buffer = Arc::new(
+            Memory::new(buffer_len)
+                .map_err(|e| fail("mmap", e.raw_os_error().unwrap_or(0), e.to_string()))?,
+        );
+        let region = if register {
+            Some(MemoryRegion::register(domain, &buffer, 0, buffer.len(), Access::Local, key)?)
+        } else {
+            None
+        };
+        ep.connect(info, &eq, data, Duration::from_secs(10))?;
+        Ok(Channel {
+            ep,
+            cq,
+            eq,
+            region,
+            buffer,
+            depth,
+            timeout: Duration::from_secs(30),
+        })
+    }
+
+    /// The channel's buffer, for filling before writes and reading after reads.
+    pub fn buffer(&mut self) -> &mut [u8] {
+        // SAFETY: no transfer is in flight outside `transfer` (which holds `&mut self`), so
+        // nothing else touches these bytes while the slice lives.
+        unsafe { std::slice::from_raw_parts_mut(self.buffer.ptr, self.buffer.len) }
+    }
+
+    /// Posts `ops` (at most the endpoint's depth in flight) and returns once all of them have
+    /// completed. An error leaves the channel unusable: drop it (that closes the endpoint,
+    /// cancelling what is still posted, before the buffer goes).
+    pub fn transfer(&mut self, ops: &[Rma]) -> Result<(), FabricError> {
+        let desc = self.region.as_ref().map_or(std::ptr::null_mut(), |r| r.desc());
+        let (mut posted, mut done) = (0usize, 0usize);
+        let mut last_progress = Instant::now();
+        while done < ops.len() {
+            while posted < ops.len() && posted - done < self.depth {
+                let op = ops[posted];
+                assert!(op.offset + op.len <= self.buffer.len, "transfer outside the buffer");
+                // SAFETY: a live, connected endpoint (rma table checked at open); the range is
+                // inside the buffer (asserted), which stays untouched by anything else until
+                // every posted operation has completed or the endpoint is closed (see type).
+                let rc = unsafe {
+                    let rma = &*(*self.ep.raw).rma;
+                    let f = if op.write { rma.write } else { rma.read };
+                    f(
+                        self.ep.raw,
+                        self.buffer.ptr.add(op.offset).cast(),
+                        op.len,
+                        desc,
+                        0,
+                        op.addr,
+                        op.key,
+                        std::ptr::null_mut(),
+                    )
+                };
+                if rc == -(FI_EAGAIN as isize) {
+                    break; // the queue is full: reap first
+                }
+                check(if op.write { "fi_write" } else { "fi_read" }, rc)?;
+                posted += 1;
+            }
+            // The faulting thread waits on this: spin while the governor allows, then block.
+            let mut got = self.cq.poll()?;
+            if got == 0 {
+                let mut err = None;
+                crate::spin::spin_until(|| match self.cq.poll() {
+                    Ok(0) => false,
+                    Ok(n) => {
+                        got = n;
+                        true
+                    }
+                    Err(e) => {
+                        err = Some(e);
+                        true
+                    }
+                });
+                if let Some(e) = err {
+                    return Err(e);
+                }
+            }
+            if got == 0 {
+                got = self.cq.wait(Duration::from_millis(100))?;
+            }
+            if got > 0 {
+                done += got;
+                last_progress = Instant::now();
+            } else if last_progress.elapsed() > self.timeout {
+                return Err(fail(
+                    "one-sided transfer",
+                    libc::ETIMEDOUT,
+                    format!("no completion in {} s", self.timeout.as_secs()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the event queue alive as long as the endpoint bound to it.
+    pub fn event_queue(&self) -> &Arc<EventQueue> {
+        &self.eq
+    }
+}
+
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channel")
+            .field("depth", &self.depth)
+            .field("buffer", &self.buffer.len)
+            .finish()
+    }
+}
+
+/// Objects print as their type and address: what there is to tell about an opaque handle.
+macro_rules! debug_by_address {
+    ($($t:ty),*) => {$(
+        impl std::fmt::Debug for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}({:p})", stringify!($t), self.raw)
+            }
+        }
+    )*};
+}
+debug_by_address!(
+    Fabric,
+    Domain,
+    MemoryRegion,
+    EventQueue,
+    CompletionQueue,
+    Endpoint,
+    PassiveEndpoint
+);
+
+// ---- fi_info construction ------------------------------------------------------------------
+
+/// The mr_mode bits this code honours: local registration, virtual addresses, allocated
+/// memory, provider keys. (`FI_MR_ENDPOINT`, binding regions to endpoints, is not done.)
+pub const MR_MODES: c_int = (1 << 2) | (1 << 4) | (1 << 5) | (1 << 6);
+/// `FI_MR_LOCAL`, `FI_MR_VIRT_ADDR`, `FI_MR_PROV_KEY`.
+pub const FI_MR_LOCAL: c_int = 1 << 2;
+pub const FI_MR_VIRT_ADDR: c_int = 1 << 4;
+pub const FI_MR_PROV_KEY: c_int = 1 << 6;
+
+/// `fi_getinfo`'s answer for one-sided reads and writes over connected endpoints.
+///
+/// # Safety
+/// Internal: called with libfabric loaded.
+pub(super) unsafe fn rma_info(
+    lib: &Libfabric,
+    node: Option<&str>,
+    service: Option<&str>,
+    source: bool,
+    provider: Option<&str>,
+) -> Result<Info, FabricError> {
+    const FI_THREAD_SAFE: c_int = 1;
+    const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
+    let node = node.map(|s| CString::new(s).unwrap());
+    let service = service.map(|s| CString::new(s).unwrap());
+    // Writes complete only once the bytes are in the server's memory, so a read on another
+    // endpoint right after cannot see the old page; providers that cannot promise it are
+    // skipped.
+    {
+        // SAFETY: fi_dupinfo(NULL) allocates a zeroed info with its attribute structures.
+        let hints = unsafe { (lib.dupinfo)(std::ptr::null()) };
+        if hints.is_null() {
+            return Err(fail("fi_allocinfo", libc::ENOMEM, "out of memory".into()));
+        }
+        // SAFETY: hints and its attributes are live allocations of fi_allocinfo; the provider
+        // name is malloc'd (strdup) because fi_freeinfo frees it.
+        unsafe {
+            (*hints).caps = super::FI_MSG | super::FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+            (*(*hints).ep_attr).ep_type = super::EpType::Msg as c_int;
+            (*(*hints).domain_attr).mr_mode = MR_MODES;
+            (*(*hints).domain_attr).threading = FI_THREAD_SAFE;
+            (*(*hints).tx_attr).op_flags = FI_DELIVERY_COMPLETE;
+            if let Some(p) = provider {
+                let p = CString::new(p).unwrap();
+                (*(*hints).fabric_attr).prov_name = libc::strdup(p.as_ptr());
+            }
+        }
+        let mut list: *mut RawInfo = std::ptr::null_mut();
+        // SAFETY: valid hints and strings (or NULL), a place for the result.
+        let rc = unsafe {
+            (lib.getinfo)(
+                super::API_VERSION,
+                node.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+                service.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+                if source { 1 << 57 } else { 0 },
+                hints,
+                &mut list,
+            )
+        };
+        // SAFETY: ours from fi_dupinfo, not used after.
+        unsafe { (lib.freeinfo)(hints) };
+        check("fi_getinfo", rc as isize)?;
+        // SAFETY: a list fi_getinfo returned, now owned by the Info.
+        Ok(unsafe { Info::from_raw(list) })
+    }
+}
+
+/// Reads a C string of an info for messages.
+pub(super) fn prov_name(info: *const RawInfo) -> String {
+    // SAFETY: a live info whose fabric_attr is NULL or live.
+    unsafe {
+        (*info)
+            .fabric_attr
+            .as_ref()
+            .map_or(String::new(), |f: &FabricAttr| text(f.prov_name as *const c_char))
+    }
+}
