@@ -32,7 +32,8 @@ use std::time::Instant;
 
 use options::{LogLevel, Options, Policy};
 use pager::{Pager, PagerConfig};
-use swap_backend::{LocalStore, PageStore, StripedStore, TcpOptions, TcpStore, PAGE_SIZE};
+use swap_backend::fabric::FabricStore;
+use swap_backend::{LocalStore, PageStore, Scheme, StripedStore, TcpOptions, TcpStore, PAGE_SIZE};
 
 /// Exit status of a JVM stopped because a page could not be served correctly.
 pub const FATAL_EXIT_CODE: i32 = 70;
@@ -121,16 +122,17 @@ fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
     let namespace = format!("{}/{}/{started:x}", host.trim(), std::process::id());
     let mut stores: Vec<Box<dyn PageStore>> = Vec::new();
     for s in &options.servers {
-        let store = TcpStore::connect(
-            &s.authority(),
-            TcpOptions {
-                token: options.token.clone(),
-                namespace: namespace.clone(),
-                connections: demand_connections(options),
-            },
-        )
+        let tcp = TcpOptions {
+            token: options.token.clone(),
+            namespace: namespace.clone(),
+            connections: demand_connections(options),
+        };
+        let store: Box<dyn PageStore> = match s.scheme {
+            Scheme::Tcp => TcpStore::connect(&s.authority(), tcp).map(|s| Box::new(s) as _),
+            Scheme::Fabric => FabricStore::connect(&s.authority(), tcp).map(|s| Box::new(s) as _),
+        }
         .map_err(|e| format!("cannot use memory server {s}: {e}"))?;
-        stores.push(Box::new(store));
+        stores.push(store);
     }
     Ok(if stores.len() == 1 {
         stores.pop().unwrap()

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use memliner_cli::run::{launch, GcHooks, RunConfig};
+use memliner_cli::run::{launch, GcHooks, RunConfig, Transport};
 use memliner_cli::{bench, locate, summary, workloads};
 
 #[derive(Parser, Debug)]
@@ -81,6 +81,10 @@ enum Cmd {
         /// MEMLINER_AGENT_OPTS).
         #[arg(long, value_name = "VAR")]
         agent_env: Option<String>,
+        /// How the JVM reaches the embedded server (without --server): tcp, or fabric for
+        /// one-sided reads and writes through libfabric.
+        #[arg(long, value_enum, default_value_t = Transport::Tcp)]
+        transport: Transport,
         /// Do not print the summary.
         #[arg(long, short)]
         quiet: bool,
@@ -212,9 +216,13 @@ fn main() -> ExitCode {
             emulate_latency,
             gc_hooks,
             agent_env,
+            transport,
             quiet,
             command,
         } => {
+            if server.is_some() && transport != Transport::Tcp {
+                return fail("--transport is for the embedded server: give the server's URL (fabric://HOST:PORT) to --server instead");
+            }
             let cfg = RunConfig {
                 agent: true,
                 local,
@@ -232,6 +240,7 @@ fn main() -> ExitCode {
                 latency: emulate_latency,
                 gc_hooks,
                 agent_env,
+                transport,
             };
             match launch(&cfg, &command, false) {
                 Ok(out) => {

@@ -40,6 +40,19 @@ pub struct RunConfig {
     /// Hand the `-agentpath:` argument over in this environment variable instead of putting
     /// it on the command line (for launchers such as spark-submit that start the JVM).
     pub agent_env: Option<String>,
+    /// How the JVM reaches the embedded server (when `server` is `None`).
+    pub transport: Transport,
+}
+
+/// How pages travel to the embedded memory server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Transport {
+    /// Two-sided requests over TCP (`tcp://`).
+    #[default]
+    Tcp,
+    /// One-sided RDMA reads and writes through libfabric (`fabric://`; the tcp provider
+    /// where no RDMA NIC exists).
+    Fabric,
 }
 
 impl Default for RunConfig {
@@ -61,6 +74,7 @@ impl Default for RunConfig {
             latency: None,
             gc_hooks: GcHooks::Auto,
             agent_env: None,
+            transport: Transport::Tcp,
         }
     }
 }
@@ -190,18 +204,33 @@ pub fn agent_arg(
     Ok(format!("-agentpath:{}={}", agent.display(), o.render()))
 }
 
+/// This machine's memory (`MemTotal`), 1 TiB if /proc/meminfo cannot tell.
+fn machine_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let kib = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            kib.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(1 << 40, |k| k << 10)
+}
+
 /// Starts an in-process memory server on a free loopback port.
-pub fn embedded_server() -> Result<ServerHandle, String> {
+pub fn embedded_server(transport: Transport) -> Result<ServerHandle, String> {
     server::spawn(
         "127.0.0.1:0",
         ServerConfig {
             // Bounded by this machine's memory, not by a setting: the demo server only ever
-            // holds what one JVM's heap evicts.
-            capacity_bytes: 1 << 40,
+            // holds what one JVM's heap evicts. A one-sided pool is reserved (and, on an RDMA
+            // NIC, pinned) whole: as large as the machine's memory.
+            capacity_bytes: match transport {
+                Transport::Tcp => 1 << 40,
+                Transport::Fabric => machine_memory(),
+            },
             token: None,
             verbose: false,
             latency: None,
-            fabric: false,
+            fabric: transport == Transport::Fabric,
         },
     )
     .map_err(|e| format!("cannot start the embedded memory server: {e}"))
@@ -230,12 +259,23 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
             (Some(s), _) => Some(s.clone()),
             (None, "off") => None,
             (None, _) => {
-                let h = embedded_server()?;
-                let a = h.local_addr().to_string();
+                let h = embedded_server(cfg.transport)?;
+                let a = match cfg.transport {
+                    Transport::Tcp => h.local_addr().to_string(),
+                    Transport::Fabric => format!("fabric://{}", h.local_addr()),
+                };
                 embedded = Some(h);
                 Some(a)
             }
         };
+        if server.as_deref().is_some_and(|s| s.contains("fabric://"))
+            && std::env::var_os("FI_MR_CACHE_MONITOR").is_none()
+        {
+            // The agent registers a few long-lived buffers: libfabric's registration cache
+            // buys nothing, and its monitors (hooks on munmap, a userfaultfd of their own)
+            // have no business inside a paged JVM.
+            cmd.env("FI_MR_CACHE_MONITOR", "disabled");
+        }
         let stats = cfg.stats.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!(
                 "memliner-stats-{}-{}.json",

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use memliner_agent::stats::doc::StatsDoc;
-use memliner_cli::run::{launch, GcHooks, RunConfig, RunOutcome};
+use memliner_cli::run::{launch, GcHooks, RunConfig, RunOutcome, Transport};
 use memliner_cli::workloads::{self, Workload};
 use memliner_cli::{locate, summary};
 
@@ -114,13 +114,14 @@ fn cell_with(w: Workload, gc: &str, local: u32, base: RunConfig) {
 /// A matrix cell run by `java`; returns its stats for further checks.
 fn cell_on(java: &str, w: Workload, gc: &str, local: u32, base: RunConfig) -> StatsDoc {
     let what = format!(
-        "{java} {} {gc} {local}% {} {:?} {:?} {:?} {:?}",
+        "{java} {} {gc} {local}% {} {:?} {:?} {:?} {:?} {:?}",
         w.name(),
         base.policy,
         base.handlers,
         base.dirty,
         base.faults,
-        base.gc_hooks
+        base.gc_hooks,
+        base.transport
     );
     let policy = base.policy.clone();
     let cfg = RunConfig {
@@ -168,7 +169,11 @@ fn cell_on(java: &str, w: Workload, gc: &str, local: u32, base: RunConfig) -> St
     let heap = s.heap.as_ref().unwrap();
     assert_eq!(heap.collector, gc, "{what}");
     assert_eq!(heap.discovery, "vmstructs", "{what}");
-    assert!(pager.store.starts_with("tcp://127.0.0.1:"), "{what}");
+    let scheme = match cfg.transport {
+        Transport::Tcp => "tcp://127.0.0.1:",
+        Transport::Fabric => "fabric://127.0.0.1:",
+    };
+    assert!(pager.store.starts_with(scheme), "{what}: {}", pager.store);
     // Consistency: class totals add up; every remote fault read exactly one page.
     let faults = &s.faults;
     let by_class: u64 = faults.by_class.iter().map(|(_, c)| c.total).sum();
@@ -276,6 +281,30 @@ cells!(cell {
     kv_shenandoah_100: Workload::Kv, "Shenandoah", 100;
     kv_shenandoah_50: Workload::Kv, "Shenandoah", 50;
     kv_shenandoah_25: Workload::Kv, "Shenandoah", 25;
+});
+
+/// The cell over one-sided reads and writes (`fabric://`, libfabric's tcp provider on
+/// loopback). Where libfabric is missing it says so and passes, except in CI, which installs it.
+fn fabric_cell(w: Workload, gc: &str, local: u32) {
+    if let Err(e) = swap_backend::fabric_ffi::load() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs libfabric, yet: {e}"
+        );
+        eprintln!("skipped: {e} (apt-get install libfabric1 to run the fabric cells)");
+        return;
+    }
+    let cfg = RunConfig {
+        transport: Transport::Fabric,
+        ..RunConfig::default()
+    };
+    cell_with(w, gc, local, cfg);
+}
+
+cells!(fabric_cell {
+    fabric_graph_g1_25: Workload::Graph, "G1", 25;
+    fabric_graph_shenandoah_25: Workload::Graph, "Shenandoah", 25;
+    fabric_kv_g1_25: Workload::Kv, "G1", 25;
 });
 
 #[test]

@@ -1,6 +1,7 @@
 //! The behaviour every [`PageStore`] transport must show, as plain functions that panic on a
 //! violation. Each transport's tests call [`run_all`] on a fresh, empty store with room for at
-//! least [`MIN_CAPACITY_PAGES`] pages (`local`, `tcp`; `rdma` where a NIC exists).
+//! least [`MIN_CAPACITY_PAGES`] pages (`local`, `tcp`, `fabric`), and the remote ones also
+//! [`server_loss_is_an_error`] and [`server_restart_serves_no_stale_bytes`].
 
 use crate::protocol::{MAX_BATCH, PAGE_SIZE};
 use crate::store::PageStore;
@@ -26,6 +27,89 @@ pub fn run_all(store: &dyn PageStore) {
     batches_larger_than_a_frame(store);
     read_order_follows_request(store);
     free_then_read_fails(store);
+    concurrent_callers_on_every_lane(store);
+    a_write_is_visible_to_every_lane_once_it_returns(store);
+}
+
+/// Once `write_pages` returns, a read from any other connection sees the new bytes: the pager
+/// drops its local copy then, and the next fault reads on another lane. (A transport whose
+/// writes complete when sent rather than when placed fails this.)
+pub fn a_write_is_visible_to_every_lane_once_it_returns(store: &dyn PageStore) {
+    use crate::protocol::Lane;
+    let ids: Vec<u64> = (30_000..30_064).collect();
+    let mut out = vec![0u8; ids.len() * PAGE_SIZE];
+    for round in 0..50u8 {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                crate::tcp::set_thread_lane(Lane::Reclaim);
+                store.write_pages(&ids, &pages(&ids, round)).unwrap();
+            });
+        });
+        store.read_pages(&ids, &mut out).unwrap();
+        assert!(
+            out == pages(&ids, round),
+            "{}: a read right after a write (round {round}) saw other bytes",
+            store.describe()
+        );
+    }
+    store.free_pages(&ids).unwrap();
+}
+
+/// Threads of every lane writing, rewriting and reading their own pages at once.
+pub fn concurrent_callers_on_every_lane(store: &dyn PageStore) {
+    use crate::protocol::Lane;
+    std::thread::scope(|s| {
+        for (t, lane) in [Lane::Demand, Lane::Demand, Lane::Prefetch, Lane::Reclaim]
+            .into_iter()
+            .enumerate()
+        {
+            s.spawn(move || {
+                crate::tcp::set_thread_lane(lane);
+                let ids: Vec<u64> = (0..8).map(|i| 20_000 + t as u64 * 100 + i).collect();
+                for round in 0..8u8 {
+                    store.write_pages(&ids, &pages(&ids, round)).unwrap();
+                    let mut out = vec![0u8; ids.len() * PAGE_SIZE];
+                    store.read_pages(&ids, &mut out).unwrap();
+                    assert!(
+                        out == pages(&ids, round),
+                        "{}: thread {t} read back other bytes in round {round}",
+                        store.describe()
+                    );
+                }
+                store.free_pages(&ids).unwrap();
+            });
+        }
+    });
+}
+
+/// Once the server behind `store` is gone (`stop`), reads and writes fail with an error that
+/// names it; none returns bytes.
+pub fn server_loss_is_an_error(store: &dyn PageStore, stop: impl FnOnce()) {
+    store.write_pages(&[31], &pattern(31, 7)).unwrap();
+    stop();
+    let mut out = vec![0u8; PAGE_SIZE];
+    let name = store.describe();
+    let err = store.read_pages(&[31], &mut out).unwrap_err();
+    assert!(err.to_string().contains(&name), "{name}: {err}");
+    let err = store.write_pages(&[32], &pattern(32, 7)).unwrap_err();
+    assert!(err.to_string().contains(&name), "{name}: {err}");
+}
+
+/// A server that restarts (`restart`: stopped and started again at the same address) has lost
+/// what it held: reading a page written before is an error, never the new server's bytes.
+pub fn server_restart_serves_no_stale_bytes(store: &dyn PageStore, restart: impl FnOnce()) {
+    store.write_pages(&[41], &pattern(41, 8)).unwrap();
+    restart();
+    let mut out = vec![0u8; PAGE_SIZE];
+    // The first attempt may fail on the dead connection itself; none may succeed.
+    for attempt in 0..3 {
+        let r = store.read_pages(&[41], &mut out);
+        assert!(
+            r.is_err(),
+            "{}: read {attempt} after a restart returned bytes",
+            store.describe()
+        );
+    }
 }
 
 pub fn write_then_read_back(store: &dyn PageStore) {

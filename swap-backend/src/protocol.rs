@@ -423,7 +423,9 @@ impl AttachOk {
     pub fn decode(p: &[u8]) -> Result<AttachOk, String> {
         let short = || "attach reply too short".to_string();
         let u64_at = |b: &[u8], i: usize| -> Result<u64, String> {
-            Ok(u64::from_le_bytes(b.get(i..i + 8).ok_or_else(short)?.try_into().unwrap()))
+            Ok(u64::from_le_bytes(
+                b.get(i..i + 8).ok_or_else(short)?.try_into().unwrap(),
+            ))
         };
         let port = u16::from_le_bytes(p.get(0..2).ok_or_else(short)?.try_into().unwrap());
         let session = u64_at(p, 2)?;

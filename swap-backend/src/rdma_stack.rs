@@ -55,19 +55,22 @@ pub fn libraries() -> Vec<Library> {
 
 fn probe(name: &str) -> Library {
     let c = CString::new(name).expect("no NUL in a soname");
-    // SAFETY: dlopen with a valid C string; RTLD_LOCAL keeps its symbols out of ours. The
-    // handle is closed below, and nothing from the library outlives this function.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    // Loading runs constructors, some of which install signal handlers (see there); those
+    // would point into unloaded code after the dlclose below.
+    let handle = crate::fabric_ffi::keeping_signal_handlers(|| {
+        // SAFETY: dlopen with a valid C string; RTLD_LOCAL keeps its symbols out of ours. The
+        // handle is closed below, and nothing from the library outlives this function.
+        unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) }
+    });
     if handle.is_null() {
         // SAFETY: dlerror returns a thread-local C string or NULL.
         let err = unsafe { libc::dlerror() };
-        let error = (!err.is_null())
+        let error = (!err.is_null()).then(|| {
             // SAFETY: non-null: a NUL-terminated message owned by the loader.
-            .then(|| {
-                unsafe { CStr::from_ptr(err) }
-                    .to_string_lossy()
-                    .into_owned()
-            });
+            unsafe { CStr::from_ptr(err) }
+                .to_string_lossy()
+                .into_owned()
+        });
         return Library {
             name: name.into(),
             found: false,

@@ -96,7 +96,10 @@ impl ServerHandle {
 
     /// The one-sided listener's provider and port, when the server has one.
     pub fn fabric(&self) -> Option<(&str, u16)> {
-        self.shared.target.as_deref().map(|t| (t.provider(), t.port()))
+        self.shared
+            .target
+            .as_deref()
+            .map(|t| (t.provider(), t.port()))
     }
 
     /// Stops the server as a crash would look to its clients: stops accepting, closes every
@@ -462,11 +465,12 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
                 };
                 let cap = shared.capacity_pages;
                 let grant = |u: u64| (want as u64).min(cap.saturating_sub(u));
-                let reserved = shared
-                    .used_pages
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
-                        (grant(u) >= need as u64).then(|| u + grant(u))
-                    });
+                let reserved =
+                    shared
+                        .used_pages
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+                            (grant(u) >= need as u64).then(|| u + grant(u))
+                        });
                 let Ok(before) = reserved else {
                     let msg = format!(
                         "capacity of {cap} pages ({} MiB) exhausted",

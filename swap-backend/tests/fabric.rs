@@ -1,11 +1,23 @@
 //! The one-sided transport (`fabric://`) against a real memory server, over libfabric's tcp
 //! provider on 127.0.0.1: the conformance suite, plus what only a one-sided client can get
-//! wrong. Skipped, with the reason printed, where libfabric is not installed.
+//! wrong. Skipped, with the reason printed, where libfabric is not installed. (Wrong keys and
+//! out-of-bounds addresses, which the client cannot produce through `PageStore`, are tested
+//! inside the crate, in `fabric::client`.)
 
 use swap_backend::conformance::{self, pattern, MIN_CAPACITY_PAGES};
 use swap_backend::fabric::FabricStore;
 use swap_backend::server::{self, ServerConfig, ServerHandle};
 use swap_backend::{PageStore, TcpOptions, PAGE_SIZE};
+
+fn config(capacity_pages: u64) -> ServerConfig {
+    ServerConfig {
+        capacity_bytes: capacity_pages * PAGE_SIZE as u64,
+        token: None,
+        verbose: false,
+        latency: None,
+        fabric: true,
+    }
+}
 
 /// A server with a one-sided listener, or `None` (and why) without libfabric.
 fn start(capacity_pages: u64) -> Option<ServerHandle> {
@@ -14,17 +26,8 @@ fn start(capacity_pages: u64) -> Option<ServerHandle> {
         return None;
     }
     Some(
-        server::spawn(
-            "127.0.0.1:0",
-            ServerConfig {
-                capacity_bytes: capacity_pages * PAGE_SIZE as u64,
-                token: None,
-                verbose: false,
-                latency: None,
-                fabric: true,
-            },
-        )
-        .unwrap_or_else(|e| panic!("fabric server: {e}")),
+        server::spawn("127.0.0.1:0", config(capacity_pages))
+            .unwrap_or_else(|e| panic!("fabric server: {e}")),
     )
 }
 
@@ -47,6 +50,112 @@ fn fabric_store_conforms() {
     };
     let c = client(&s, "a");
     assert_eq!(c.provider(), "tcp");
+    assert_eq!(s.fabric().map(|f| f.0), Some("tcp"));
     conformance::run_all(&c);
-    assert!(c.describe().starts_with("fabric://127.0.0.1:"));
+    assert_eq!(
+        c.describe(),
+        format!("fabric://{}", s.local_addr()),
+        "the store is named by its URL"
+    );
+}
+
+#[test]
+fn clients_hold_their_own_slots_and_the_server_frees_them_with_the_control_channel() {
+    let Some(s) = start(MIN_CAPACITY_PAGES) else {
+        return;
+    };
+    let (a, b) = (client(&s, "a"), client(&s, "b"));
+    a.write_pages(&[1], &pattern(1, 1)).unwrap();
+    b.write_pages(&[1], &pattern(1, 2)).unwrap();
+    let mut out = vec![0u8; PAGE_SIZE];
+    a.read_pages(&[1], &mut out).unwrap();
+    assert_eq!(out, pattern(1, 1));
+    b.read_pages(&[1], &mut out).unwrap();
+    assert_eq!(out, pattern(1, 2));
+    let held = b.server_stats().unwrap().pages_stored;
+    assert!(held >= 2, "each client holds slots: {held}");
+    drop(a);
+    // The server frees a's slots when its control channel closes; poll its count through b.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while b.server_stats().unwrap().namespaces != 1 {
+        assert!(std::time::Instant::now() < deadline, "a never detached");
+        std::thread::yield_now();
+    }
+    assert!(b.server_stats().unwrap().pages_stored < held);
+    // b is untouched, and its next pages may reuse a's slots (zeroed) without mixing them up.
+    let ids: Vec<u64> = (100..400).collect();
+    let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 3)).collect();
+    b.write_pages(&ids, &data).unwrap();
+    let mut back = vec![0u8; data.len()];
+    b.read_pages(&ids, &mut back).unwrap();
+    assert!(back == data);
+    b.read_pages(&[1], &mut out).unwrap();
+    assert_eq!(out, pattern(1, 2));
+}
+
+#[test]
+fn capacity_is_enforced_with_a_clear_error_and_freed_slots_are_reused() {
+    let Some(s) = start(300) else {
+        return;
+    };
+    let c = client(&s, "a");
+    let ids: Vec<u64> = (0..300).collect();
+    let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 0)).collect();
+    c.write_pages(&ids, &data).unwrap();
+    c.write_pages(&ids[..10], &data[..10 * PAGE_SIZE]).unwrap(); // overwrites need no room
+    let err = c.write_pages(&[300], &pattern(300, 0)).unwrap_err();
+    assert!(swap_backend::tcp::is_capacity_error(&err), "{err}");
+    assert!(err.to_string().contains("capacity of 300 pages"), "{err}");
+    assert!(err.to_string().contains("fabric://"), "{err}");
+    c.free_pages(&[5]).unwrap();
+    c.write_pages(&[300], &pattern(300, 0)).unwrap();
+    let mut out = vec![0u8; PAGE_SIZE];
+    c.read_pages(&[300], &mut out).unwrap();
+    assert_eq!(out, pattern(300, 0));
+    assert!(
+        c.read_pages(&[5], &mut out).is_err(),
+        "a freed page read back"
+    );
+}
+
+#[test]
+fn a_lost_server_is_an_error_naming_it() {
+    let Some(s) = start(MIN_CAPACITY_PAGES) else {
+        return;
+    };
+    let c = client(&s, "gone");
+    conformance::server_loss_is_an_error(&c, || s.stop());
+}
+
+#[test]
+fn a_restarted_server_never_serves_stale_bytes() {
+    let Some(s) = start(MIN_CAPACITY_PAGES) else {
+        return;
+    };
+    let addr = s.local_addr();
+    let c = client(&s, "restarted");
+    let mut again = None;
+    conformance::server_restart_serves_no_stale_bytes(&c, || {
+        s.stop();
+        again = Some(server::spawn(&addr.to_string(), config(MIN_CAPACITY_PAGES)).unwrap());
+    });
+    // The restarted server serves new clients.
+    let again = again.unwrap();
+    conformance::write_then_read_back(&client(&again, "new"));
+}
+
+#[test]
+fn a_tcp_only_server_refuses_one_sided_clients_with_the_fix() {
+    let s = server::spawn(
+        "127.0.0.1:0",
+        ServerConfig {
+            fabric: false,
+            ..config(16)
+        },
+    )
+    .unwrap();
+    let err = FabricStore::connect(&s.local_addr().to_string(), TcpOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--listen fabric://"), "{err}");
 }

@@ -241,3 +241,30 @@ fn malformed_frames_close_only_that_connection() {
     // And new clients still get served.
     conformance::write_then_read_back(&client(&s, "late", ""));
 }
+
+#[test]
+fn tcp_store_reports_a_lost_server_and_never_stale_bytes_after_a_restart() {
+    let s = start(MIN_CAPACITY_PAGES, None);
+    let c = client(&s, "gone", "");
+    conformance::server_loss_is_an_error(&c, || s.stop());
+
+    let s = start(MIN_CAPACITY_PAGES, None);
+    let addr = s.local_addr();
+    let c = client(&s, "restarted", "");
+    conformance::server_restart_serves_no_stale_bytes(&c, || {
+        s.stop();
+        // The same address, as a restarted `memliner server` would listen on.
+        let again = server::spawn(
+            &addr.to_string(),
+            ServerConfig {
+                capacity_bytes: MIN_CAPACITY_PAGES * PAGE_SIZE as u64,
+                token: None,
+                verbose: false,
+                latency: None,
+                fabric: false,
+            },
+        )
+        .unwrap();
+        std::mem::forget(again); // serves until the test process ends
+    });
+}

@@ -688,7 +688,7 @@ fn command_for(
 /// Pipelined page reads and writes over TCP loopback: (write GB/s, read GB/s) medians.
 pub fn tcp_throughput(mib: usize, reps: usize) -> Result<(f64, f64), String> {
     use swap_backend::{PageStore, TcpOptions, TcpStore, PAGE_SIZE};
-    let server = crate::run::embedded_server()?;
+    let server = crate::run::embedded_server(crate::run::Transport::Tcp)?;
     let store = TcpStore::connect(
         &server.local_addr().to_string(),
         TcpOptions {

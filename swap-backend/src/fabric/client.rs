@@ -60,7 +60,10 @@ impl Control {
             .map_err(|e| Err(e.to_string()))?;
         let h = read_frame(&mut self.reader, &mut self.payload).map_err(|e| Err(e.to_string()))?;
         if h.request != id {
-            return Err(Err(format!("reply for request {} to request {id}", h.request)));
+            return Err(Err(format!(
+                "reply for request {} to request {id}",
+                h.request
+            )));
         }
         match Reply::decode(h.op, &self.payload).map_err(Err)? {
             Reply::Error { code, message } => Err(Ok((code, message))),
@@ -158,7 +161,8 @@ impl FabricStore {
             store: name.clone(),
             error: std::io::Error::other(format!("libfabric ({}): {e}", attach.provider)),
         };
-        let info = Info::rma(host, &attach.port.to_string(), false, provider).map_err(fabric_err)?;
+        let info =
+            Info::rma(host, &attach.port.to_string(), false, provider).map_err(fabric_err)?;
         let fabric = Fabric::open(&info).map_err(fabric_err)?;
         let domain = Domain::open(&fabric, &info).map_err(fabric_err)?;
         let store = FabricStore {
@@ -206,7 +210,12 @@ impl FabricStore {
             self.register,
             index as u64 + 1,
         )
-        .map_err(|e| self.io(format!("cannot connect a data endpoint ({}): {e}", self.attach.provider)))
+        .map_err(|e| {
+            self.io(format!(
+                "cannot connect a data endpoint ({}): {e}",
+                self.attach.provider
+            ))
+        })
     }
 
     /// A control request; a broken control channel marks the store lost for good.
@@ -250,10 +259,16 @@ impl FabricStore {
     /// The remote address and key of slot `s`.
     fn remote(&self, s: u64) -> Result<(u64, u64), StoreError> {
         let a = &self.attach;
-        let r = a.regions.get((s / a.region_pages) as usize).ok_or_else(|| StoreError::Protocol {
-            store: self.name.clone(),
-            message: format!("slot {s} is outside the server's {} regions", a.regions.len()),
-        })?;
+        let r = a
+            .regions
+            .get((s / a.region_pages) as usize)
+            .ok_or_else(|| StoreError::Protocol {
+                store: self.name.clone(),
+                message: format!(
+                    "slot {s} is outside the server's {} regions",
+                    a.regions.len()
+                ),
+            })?;
         Ok((r.addr + (s % a.region_pages) * PAGE_SIZE as u64, r.key))
     }
 
@@ -263,7 +278,10 @@ impl FabricStore {
         for (i, &s) in slots.iter().enumerate() {
             let (addr, key) = self.remote(s)?;
             if let Some(last) = ops.last_mut() {
-                if last.key == key && last.addr + last.len as u64 == addr && last.offset + last.len == i * PAGE_SIZE {
+                if last.key == key
+                    && last.addr + last.len as u64 == addr
+                    && last.offset + last.len == i * PAGE_SIZE
+                {
                     last.len += PAGE_SIZE;
                     continue;
                 }
@@ -343,7 +361,9 @@ impl FabricStore {
                 },
                 |r| match r {
                     Reply::AllocOk(slots) if slots.len() >= need as usize => Ok(slots),
-                    Reply::AllocOk(slots) => Err(format!("{} slots granted, {need} asked", slots.len())),
+                    Reply::AllocOk(slots) => {
+                        Err(format!("{} slots granted, {need} asked", slots.len()))
+                    }
                     other => Err(format!("unexpected {:?} in reply to alloc", other.op())),
                 },
             )?;
@@ -364,10 +384,15 @@ impl FabricStore {
             t.free.split_off(keep)
         };
         for chunk in excess.chunks(MAX_BATCH) {
-            self.control(&Request::Release { slots: chunk.into() }, |r| match r {
-                Reply::ReleaseOk => Ok(()),
-                other => Err(format!("unexpected {:?} in reply to release", other.op())),
-            })?;
+            self.control(
+                &Request::Release {
+                    slots: chunk.into(),
+                },
+                |r| match r {
+                    Reply::ReleaseOk => Ok(()),
+                    other => Err(format!("unexpected {:?} in reply to release", other.op())),
+                },
+            )?;
         }
         Ok(())
     }
@@ -388,7 +413,10 @@ impl PageStore for FabricStore {
                 })
                 .collect::<Result<_, _>>()?
         };
-        for (slots, dst) in slots.chunks(CHANNEL_PAGES).zip(out.chunks_mut(CHANNEL_PAGES * PAGE_SIZE)) {
+        for (slots, dst) in slots
+            .chunks(CHANNEL_PAGES)
+            .zip(out.chunks_mut(CHANNEL_PAGES * PAGE_SIZE))
+        {
             let ops = self.plan(slots, false)?;
             self.with_channel(|ch| {
                 ch.transfer(&ops)?;
@@ -447,5 +475,95 @@ impl std::fmt::Debug for FabricStore {
             .field("server", &self.name)
             .field("provider", &self.attach.provider)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::pattern;
+    use crate::server::{self, ServerConfig};
+
+    fn pair() -> Option<(crate::server::ServerHandle, FabricStore)> {
+        if let Err(e) = crate::fabric_ffi::load() {
+            eprintln!("skipped: {e} (apt-get install libfabric1 to run the fabric tests)");
+            return None;
+        }
+        let s = server::spawn(
+            "127.0.0.1:0",
+            ServerConfig {
+                capacity_bytes: 1024 * PAGE_SIZE as u64,
+                token: None,
+                verbose: false,
+                latency: None,
+                fabric: true,
+            },
+        )
+        .unwrap();
+        let c = FabricStore::connect(&s.local_addr().to_string(), TcpOptions::default()).unwrap();
+        Some((s, c))
+    }
+
+    /// One raw read of a page at `addr` with `key` on a demand channel.
+    fn raw_read(c: &FabricStore, addr: u64, key: u64) -> Result<(), StoreError> {
+        c.with_channel(|ch| {
+            ch.transfer(&[Rma {
+                write: false,
+                offset: 0,
+                len: PAGE_SIZE,
+                addr,
+                key,
+            }])
+        })
+    }
+
+    #[test]
+    fn a_wrong_key_or_an_address_outside_the_pool_fails_and_the_store_recovers() {
+        let Some((_s, c)) = pair() else {
+            return;
+        };
+        c.write_pages(&[7], &pattern(7, 1)).unwrap();
+        let slot = lock(&c.table).slots[&7];
+        let (addr, key) = c.remote(slot).unwrap();
+        raw_read(&c, addr, key).expect("the right key reads");
+        let err = raw_read(&c, addr, key ^ 0x5a5a).unwrap_err();
+        assert!(err.to_string().contains("fabric://"), "{err}");
+        let region = c.attach.regions[0];
+        let err = raw_read(&c, region.addr + region.len, region.key).unwrap_err();
+        assert!(err.to_string().contains("fabric://"), "{err}");
+        // The failed channels were dropped; the next request connects a new one.
+        let mut out = vec![0u8; PAGE_SIZE];
+        c.read_pages(&[7], &mut out).unwrap();
+        assert_eq!(out, pattern(7, 1));
+    }
+
+    #[test]
+    fn a_data_connection_without_a_live_session_is_refused() {
+        let Some((_s, c)) = pair() else {
+            return;
+        };
+        for session in [0u64, c.attach.session ^ 1] {
+            let r = Channel::connect(
+                &c.domain,
+                &c.info,
+                &session.to_le_bytes(),
+                PAGE_SIZE,
+                c.register,
+                99,
+            );
+            assert!(r.is_err(), "session {session:#x} was accepted");
+        }
+    }
+
+    #[test]
+    fn slots_of_neighbouring_pages_merge_into_one_transfer() {
+        let Some((_s, c)) = pair() else {
+            return;
+        };
+        let ops = c.plan(&[10, 11, 12, 40, 41], true).unwrap();
+        assert_eq!(ops.len(), 2, "{ops:?}");
+        assert_eq!((ops[0].offset, ops[0].len), (0, 3 * PAGE_SIZE));
+        assert_eq!((ops[1].offset, ops[1].len), (3 * PAGE_SIZE, 2 * PAGE_SIZE));
+        assert!(c.plan(&[1 << 40], false).is_err(), "a slot past the pool");
     }
 }

@@ -27,7 +27,12 @@ pub(crate) fn no_provider(
     provider: Option<&str>,
 ) -> String {
     let which = provider.map_or_else(
-        || format!("FI_PROVIDER={}", std::env::var("FI_PROVIDER").unwrap_or_default()),
+        || {
+            format!(
+                "FI_PROVIDER={}",
+                std::env::var("FI_PROVIDER").unwrap_or_default()
+            )
+        },
         |p| format!("provider {p}"),
     );
     format!(

@@ -93,7 +93,8 @@ impl Target {
         let port = pep.port().map_err(err)?;
         let bytes = capacity_pages as usize * PAGE_SIZE;
         let pool = Arc::new(
-            Memory::new(bytes).map_err(|e| format!("cannot reserve a page pool of {bytes} bytes: {e}"))?,
+            Memory::new(bytes)
+                .map_err(|e| format!("cannot reserve a page pool of {bytes} bytes: {e}"))?,
         );
         let mr_mode = info.mr_mode();
         let base_key = if info.mr_key_size() >= 8 {
@@ -105,12 +106,27 @@ impl Target {
         let mut remote = Vec::new();
         for (i, offset) in (0..bytes).step_by(REGION_BYTES).enumerate() {
             let len = REGION_BYTES.min(bytes - offset);
-            let r = MemoryRegion::register(&domain, &pool, offset, len, Access::Remote, base_key + i as u64)
-                .map_err(err)?;
+            let r = MemoryRegion::register(
+                &domain,
+                &pool,
+                offset,
+                len,
+                Access::Remote,
+                base_key + i as u64,
+            )
+            .map_err(err)?;
             remote.push(RemoteRegion {
-                addr: if mr_mode & FI_MR_VIRT_ADDR != 0 { r.addr() } else { 0 },
+                addr: if mr_mode & FI_MR_VIRT_ADDR != 0 {
+                    r.addr()
+                } else {
+                    0
+                },
                 len: len as u64,
-                key: if mr_mode & FI_MR_PROV_KEY != 0 { r.key() } else { base_key + i as u64 },
+                key: if mr_mode & FI_MR_PROV_KEY != 0 {
+                    r.key()
+                } else {
+                    base_key + i as u64
+                },
             });
             regions.push(r);
         }
@@ -140,7 +156,10 @@ impl Target {
                 .map_err(|e| format!("cannot start the {name} thread: {e}"))
         };
         let cm = spawn("memliner-fabric-cm", Box::new(move || t1.accept_loop()))?;
-        let progress = spawn("memliner-fabric-progress", Box::new(move || t2.progress_loop()))?;
+        let progress = spawn(
+            "memliner-fabric-progress",
+            Box::new(move || t2.progress_loop()),
+        )?;
         lock(&target.threads).extend([cm, progress]);
         Ok(target)
     }

@@ -185,19 +185,52 @@ fn loader_error() -> String {
     }
 }
 
+/// Runs `f`, then puts back every signal handler it changed.
+///
+/// libfabric loads the libraries of all its providers, and some install handlers of their own
+/// for SIGSEGV, SIGBUS and the like when loaded or initialised (Debian's libinfinipath, under
+/// the psm provider, prints a backtrace and exits). Inside a JVM that is fatal: HotSpot takes
+/// SIGSEGV on purpose (implicit null checks, safepoint polls) and the pager serves SIGBUS.
+pub(crate) fn keeping_signal_handlers<T>(f: impl FnOnce() -> T) -> T {
+    let saved: Vec<(c_int, libc::sigaction)> = (1..=31)
+        .filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP)
+        .filter_map(|s| Some((s, signal_action(s)?)))
+        .collect();
+    let result = f();
+    for (s, old) in &saved {
+        if signal_action(*s).is_some_and(|now| now.sa_sigaction != old.sa_sigaction) {
+            // SAFETY: puts back an action this process had installed a moment ago.
+            unsafe { libc::sigaction(*s, old, std::ptr::null_mut()) };
+        }
+    }
+    result
+}
+
+/// The action installed for signal `s`.
+fn signal_action(s: c_int) -> Option<libc::sigaction> {
+    // SAFETY: sigaction is a plain C struct, for which all zeros is a valid value.
+    let mut a: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a query (no new action) into a struct we own.
+    (unsafe { libc::sigaction(s, std::ptr::null(), &mut a) } == 0).then_some(a)
+}
+
 fn open() -> Result<Libfabric, String> {
-    // SAFETY: a constant C string; the handle is kept for the life of the process (the entry
-    // points below point into it).
-    let h = unsafe {
-        libc::dlopen(
-            c"libfabric.so.1".as_ptr(),
-            libc::RTLD_NOW | libc::RTLD_LOCAL,
-        )
-    };
+    // Loading runs the constructors of libfabric's provider libraries, hence the handlers
+    // kept.
+    let h = keeping_signal_handlers(|| {
+        // SAFETY: a constant C string; the handle is kept for the life of the process (the
+        // entry points below point into it).
+        unsafe {
+            libc::dlopen(
+                c"libfabric.so.1".as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_LOCAL,
+            )
+        }
+    });
     if h.is_null() {
         return Err(format!("cannot load libfabric.so.1: {}", loader_error()));
     }
-    // SAFETY (for every call below): each symbol is the libfabric function of that name at
+    // SAFETY: for every call below, each symbol is the libfabric function of that name at
     // that version, whose C signature the function-pointer type it is read as copies.
     unsafe {
         Ok(Libfabric {
@@ -277,17 +310,20 @@ impl Libfabric {
             }
         }
         let mut list: *mut RawInfo = std::ptr::null_mut();
-        // SAFETY: valid hints, a place for the result; node and service NULL (any local).
-        let rc = unsafe {
-            (self.getinfo)(
-                API_VERSION,
-                std::ptr::null(),
-                std::ptr::null(),
-                0,
-                hints,
-                &mut list,
-            )
-        };
+        // The first fi_getinfo initialises every provider.
+        let rc = keeping_signal_handlers(|| {
+            // SAFETY: valid hints, a place for the result; node and service NULL (any local).
+            unsafe {
+                (self.getinfo)(
+                    API_VERSION,
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    0,
+                    hints,
+                    &mut list,
+                )
+            }
+        });
         // SAFETY: hints came from fi_dupinfo and is not used after this.
         unsafe { (self.freeinfo)(hints) };
         const FI_ENODATA: c_int = 61;
@@ -360,8 +396,11 @@ impl Info {
             code: 0,
             message: e,
         })?;
-        // SAFETY: libfabric is loaded.
-        unsafe { objects::rma_info(lib, Some(node), Some(service), source, provider) }
+        // The first fi_getinfo initialises every provider.
+        keeping_signal_handlers(|| {
+            // SAFETY: libfabric is loaded.
+            unsafe { objects::rma_info(lib, Some(node), Some(service), source, provider) }
+        })
     }
 
     /// The provider's name (`tcp`, `verbs`, ...).
@@ -378,7 +417,12 @@ impl Info {
     /// Bytes in the provider's keys.
     pub fn mr_key_size(&self) -> usize {
         // SAFETY: as above.
-        unsafe { (*self.raw).domain_attr.as_ref().map_or(8, |d| d.mr_key_size) }
+        unsafe {
+            (*self.raw)
+                .domain_attr
+                .as_ref()
+                .map_or(8, |d| d.mr_key_size)
+        }
     }
 
     /// Operations an endpoint can have outstanding.
@@ -399,13 +443,33 @@ impl Drop for Info {
 
 impl std::fmt::Debug for Info {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Info({}, mr_mode {:#x})", self.provider(), self.mr_mode())
+        write!(
+            f,
+            "Info({}, mr_mode {:#x})",
+            self.provider(),
+            self.mr_mode()
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    extern "C" fn intruder(_: c_int) {}
+
+    #[test]
+    fn handlers_a_library_installs_are_taken_back() {
+        let query = || signal_action(libc::SIGUSR2).unwrap().sa_sigaction;
+        let before = query();
+        keeping_signal_handlers(|| {
+            // What a provider library's constructor does.
+            // SAFETY: installs a do-nothing handler for a signal nothing sends here.
+            unsafe { libc::signal(libc::SIGUSR2, intruder as *const () as libc::sighandler_t) };
+            assert_eq!(query(), intruder as *const () as libc::sighandler_t);
+        });
+        assert_eq!(query(), before, "the library's handler stayed");
+    }
 
     #[test]
     fn the_tcp_provider_offers_one_sided_reads_where_libfabric_is_installed() {

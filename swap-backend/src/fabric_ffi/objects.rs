@@ -51,12 +51,16 @@ type Opaque = *const c_void;
 #[repr(C)]
 struct OpsFabric {
     size: usize,
-    domain: unsafe extern "C" fn(*mut FidFabric, *mut RawInfo, *mut *mut FidDomain, *mut c_void)
-        -> c_int,
+    domain: unsafe extern "C" fn(
+        *mut FidFabric,
+        *mut RawInfo,
+        *mut *mut FidDomain,
+        *mut c_void,
+    ) -> c_int,
     passive_ep:
         unsafe extern "C" fn(*mut FidFabric, *mut RawInfo, *mut *mut FidPep, *mut c_void) -> c_int,
-    eq_open: unsafe extern "C" fn(*mut FidFabric, *mut EqAttr, *mut *mut FidEq, *mut c_void)
-        -> c_int,
+    eq_open:
+        unsafe extern "C" fn(*mut FidFabric, *mut EqAttr, *mut *mut FidEq, *mut c_void) -> c_int,
 }
 
 #[repr(C)]
@@ -147,8 +151,30 @@ struct OpsRma {
     read: RmaFn,
     readv: Opaque,
     readmsg: Opaque,
-    /// `fi_write` takes a `const void *` buffer: the same ABI as `read`'s.
-    write: RmaFn,
+    write: Opaque,
+    writev: Opaque,
+    writemsg: unsafe extern "C" fn(*mut FidEp, *const MsgRma, u64) -> isize,
+}
+
+/// `struct fi_rma_iov`.
+#[repr(C)]
+struct RmaIov {
+    addr: u64,
+    len: usize,
+    key: u64,
+}
+
+/// `struct fi_msg_rma`.
+#[repr(C)]
+struct MsgRma {
+    msg_iov: *const libc::iovec,
+    desc: *mut *mut c_void,
+    iov_count: usize,
+    addr: u64,
+    rma_iov: *const RmaIov,
+    rma_iov_count: usize,
+    context: *mut c_void,
+    data: u64,
 }
 
 #[repr(C)]
@@ -235,6 +261,8 @@ const FI_RECV: u64 = 1 << 10;
 const FI_TRANSMIT: u64 = 1 << 11;
 const FI_REMOTE_READ: u64 = 1 << 12;
 const FI_REMOTE_WRITE: u64 = 1 << 13;
+const FI_COMPLETION: u64 = 1 << 24;
+const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
 const FI_ENABLE: c_int = 6;
 const FI_WAIT_UNSPEC: c_int = 1;
 const FI_CQ_FORMAT_CONTEXT: c_int = 1;
@@ -352,10 +380,7 @@ impl Memory {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(Memory {
-            ptr: p.cast(),
-            len,
-        })
+        Ok(Memory { ptr: p.cast(), len })
     }
 
     pub fn len(&self) -> usize {
@@ -374,7 +399,9 @@ impl Memory {
     /// Zeroes `offset..offset + len`, giving back its memory to the kernel. The caller owns
     /// that range: no transfer may be reading or writing it.
     pub fn zero(&self, offset: usize, len: usize) {
-        assert!(offset % 4096 == 0 && len % 4096 == 0 && offset + len <= self.len);
+        assert!(
+            offset.is_multiple_of(4096) && len.is_multiple_of(4096) && offset + len <= self.len
+        );
         // SAFETY: a page-aligned range inside our own mapping (checked above); MADV_DONTNEED
         // on a private anonymous mapping makes its pages read back as zeros.
         unsafe { libc::madvise(self.ptr.add(offset).cast(), len, libc::MADV_DONTNEED) };
@@ -419,7 +446,11 @@ impl Fabric {
         if !unsafe { has_member((*raw).ops, member_end!(OpsFabric, eq_open)) } {
             // SAFETY: opened just above, not used after.
             unsafe { close(raw.cast()) };
-            return Err(fail("fi_fabric", 0, "the provider's fabric table is too short".into()));
+            return Err(fail(
+                "fi_fabric",
+                0,
+                "the provider's fabric table is too short".into(),
+            ));
         }
         Ok(Arc::new(Fabric { raw }))
     }
@@ -459,7 +490,11 @@ impl Domain {
         if !ok {
             // SAFETY: opened just above.
             unsafe { close(raw.cast()) };
-            return Err(fail("fi_domain", 0, "the provider's domain table is too short".into()));
+            return Err(fail(
+                "fi_domain",
+                0,
+                "the provider's domain table is too short".into(),
+            ));
         }
         Ok(Arc::new(Domain {
             raw,
@@ -622,7 +657,11 @@ impl EventQueue {
         if !unsafe { has_member((*raw).ops, member_end!(OpsEq, sread)) } {
             // SAFETY: opened just above.
             unsafe { close(raw.cast()) };
-            return Err(fail("fi_eq_open", 0, "the provider's queue table is too short".into()));
+            return Err(fail(
+                "fi_eq_open",
+                0,
+                "the provider's queue table is too short".into(),
+            ));
         }
         Ok(Arc::new(EventQueue {
             raw,
@@ -676,13 +715,7 @@ impl EventQueue {
             FI_SHUTDOWN => Event::Shutdown {
                 endpoint: entry.fid as usize,
             },
-            other => {
-                return Err(fail(
-                    "fi_eq_sread",
-                    0,
-                    format!("unexpected event {other}"),
-                ))
-            }
+            other => return Err(fail("fi_eq_sread", 0, format!("unexpected event {other}"))),
         })
     }
 
@@ -737,7 +770,11 @@ impl CompletionQueue {
         if !unsafe { has_member((*raw).ops, member_end!(OpsCq, sread)) } {
             // SAFETY: opened just above.
             unsafe { close(raw.cast()) };
-            return Err(fail("fi_cq_open", 0, "the provider's queue table is too short".into()));
+            return Err(fail(
+                "fi_cq_open",
+                0,
+                "the provider's queue table is too short".into(),
+            ));
         }
         Ok(Arc::new(CompletionQueue {
             raw,
@@ -760,7 +797,13 @@ impl CompletionQueue {
         let ms = timeout.as_millis().min(i32::MAX as u128) as c_int;
         // SAFETY: a live queue and room for 16 context-format entries; no wait condition.
         let n = unsafe {
-            ((*(*self.raw).ops).sread)(self.raw, entries.as_mut_ptr().cast(), 16, std::ptr::null(), ms)
+            ((*(*self.raw).ops).sread)(
+                self.raw,
+                entries.as_mut_ptr().cast(),
+                16,
+                std::ptr::null(),
+                ms,
+            )
         };
         if n == -(libc::ETIMEDOUT as isize) {
             return Ok(0);
@@ -789,7 +832,11 @@ impl CompletionQueue {
         fail(
             "one-sided transfer",
             e.err,
-            format!("{} (provider error {})", lib().strerror(e.err), e.prov_errno),
+            format!(
+                "{} (provider error {})",
+                lib().strerror(e.err),
+                e.prov_errno
+            ),
         )
     }
 }
@@ -834,7 +881,7 @@ impl Endpoint {
         // SAFETY: a live endpoint; its tables checked before any call through them.
         let ok = unsafe {
             has_member((*raw).cm, member_end!(OpsCm, reject))
-                && has_member((*raw).rma, member_end!(OpsRma, write))
+                && has_member((*raw).rma, member_end!(OpsRma, writemsg))
                 && has_member((*raw).fid.ops, member_end!(FiOps, control))
         };
         let ep = Endpoint {
@@ -844,13 +891,20 @@ impl Endpoint {
             _domain: domain.clone(),
         };
         if !ok {
-            return Err(fail("fi_endpoint", 0, "the provider's endpoint tables are too short".into()));
+            return Err(fail(
+                "fi_endpoint",
+                0,
+                "the provider's endpoint tables are too short".into(),
+            ));
         }
         // SAFETY: a live endpoint, queue objects that outlive it (we hold Arcs).
         unsafe {
             let fid = &mut (*raw).fid as *mut Fid;
             let ops = (*raw).fid.ops;
-            check("fi_ep_bind", ((*ops).bind)(fid, &mut (*eq.raw).fid, 0) as isize)?;
+            check(
+                "fi_ep_bind",
+                ((*ops).bind)(fid, &mut (*eq.raw).fid, 0) as isize,
+            )?;
             check(
                 "fi_ep_bind",
                 ((*ops).bind)(fid, &mut (*cq.raw).fid, FI_TRANSMIT | FI_RECV) as isize,
@@ -898,9 +952,14 @@ impl Endpoint {
             match eq.wait(left)? {
                 Event::Connected { endpoint } if endpoint == self.id() => return Ok(()),
                 Event::Shutdown { endpoint } if endpoint == self.id() => {
-                    return Err(fail("fi_connect", libc::ECONNRESET, "closed by the peer".into()))
+                    return Err(fail(
+                        "fi_connect",
+                        libc::ECONNRESET,
+                        "closed by the peer".into(),
+                    ))
                 }
-                Event::ConnectRequest { .. } | Event::Connected { .. } | Event::Shutdown { .. } => {}
+                Event::ConnectRequest { .. } | Event::Connected { .. } | Event::Shutdown { .. } => {
+                }
                 Event::Timeout => {}
             }
         }
@@ -944,7 +1003,12 @@ impl PassiveEndpoint {
         let mut raw = std::ptr::null_mut();
         // SAFETY: a live fabric (table checked) and info; a place for the result.
         let rc = unsafe {
-            ((*(*fabric.raw).ops).passive_ep)(fabric.raw, info.head(), &mut raw, std::ptr::null_mut())
+            ((*(*fabric.raw).ops).passive_ep)(
+                fabric.raw,
+                info.head(),
+                &mut raw,
+                std::ptr::null_mut(),
+            )
         };
         check("fi_passive_ep", rc as isize)?;
         let pep = PassiveEndpoint {
@@ -957,10 +1021,17 @@ impl PassiveEndpoint {
             if !has_member((*raw).cm, member_end!(OpsCm, reject))
                 || !has_member((*raw).fid.ops, member_end!(FiOps, bind))
             {
-                return Err(fail("fi_passive_ep", 0, "the provider's tables are too short".into()));
+                return Err(fail(
+                    "fi_passive_ep",
+                    0,
+                    "the provider's tables are too short".into(),
+                ));
             }
             let ops = (*raw).fid.ops;
-            check("fi_pep_bind", ((*ops).bind)(&mut (*raw).fid, &mut (*eq.raw).fid, 0) as isize)?;
+            check(
+                "fi_pep_bind",
+                ((*ops).bind)(&mut (*raw).fid, &mut (*eq.raw).fid, 0) as isize,
+            )?;
             check("fi_listen", ((*(*raw).cm).listen)(raw) as isize)?;
         }
         Ok(pep)
@@ -978,7 +1049,11 @@ impl PassiveEndpoint {
         check("fi_getname", rc as isize)?;
         let family = u16::from_ne_bytes([buf[0], buf[1]]) as c_int;
         if len < 4 || (family != libc::AF_INET && family != libc::AF_INET6) {
-            return Err(fail("fi_getname", 0, format!("not an IP address (family {family})")));
+            return Err(fail(
+                "fi_getname",
+                0,
+                format!("not an IP address (family {family})"),
+            ));
         }
         Ok(u16::from_be_bytes([buf[2], buf[3]]))
     }
@@ -986,7 +1061,9 @@ impl PassiveEndpoint {
     /// Refuses the connection request `info` came with.
     pub fn reject(&self, info: &Info) {
         // SAFETY: a live passive endpoint (cm checked) and the request's handle from its info.
-        unsafe { ((*(*self.raw).cm).reject)(self.raw, (*info.head()).handle.cast(), std::ptr::null(), 0) };
+        unsafe {
+            ((*(*self.raw).cm).reject)(self.raw, (*info.head()).handle.cast(), std::ptr::null(), 0)
+        };
     }
 }
 
@@ -1045,7 +1122,14 @@ impl Channel {
                 .map_err(|e| fail("mmap", e.raw_os_error().unwrap_or(0), e.to_string()))?,
         );
         let region = if register {
-            Some(MemoryRegion::register(domain, &buffer, 0, buffer.len(), Access::Local, key)?)
+            Some(MemoryRegion::register(
+                domain,
+                &buffer,
+                0,
+                buffer.len(),
+                Access::Local,
+                key,
+            )?)
         } else {
             None
         };
@@ -1072,29 +1156,63 @@ impl Channel {
     /// completed. An error leaves the channel unusable: drop it (that closes the endpoint,
     /// cancelling what is still posted, before the buffer goes).
     pub fn transfer(&mut self, ops: &[Rma]) -> Result<(), FabricError> {
-        let desc = self.region.as_ref().map_or(std::ptr::null_mut(), |r| r.desc());
+        let desc = self
+            .region
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |r| r.desc());
         let (mut posted, mut done) = (0usize, 0usize);
         let mut last_progress = Instant::now();
         while done < ops.len() {
             while posted < ops.len() && posted - done < self.depth {
                 let op = ops[posted];
-                assert!(op.offset + op.len <= self.buffer.len, "transfer outside the buffer");
+                assert!(
+                    op.offset + op.len <= self.buffer.len,
+                    "transfer outside the buffer"
+                );
                 // SAFETY: a live, connected endpoint (rma table checked at open); the range is
                 // inside the buffer (asserted), which stays untouched by anything else until
                 // every posted operation has completed or the endpoint is closed (see type).
+                // The message structures are read during the call only.
                 let rc = unsafe {
                     let rma = &*(*self.ep.raw).rma;
-                    let f = if op.write { rma.write } else { rma.read };
-                    f(
-                        self.ep.raw,
-                        self.buffer.ptr.add(op.offset).cast(),
-                        op.len,
-                        desc,
-                        0,
-                        op.addr,
-                        op.key,
-                        std::ptr::null_mut(),
-                    )
+                    let buf = self.buffer.ptr.add(op.offset).cast();
+                    if op.write {
+                        // A write counts as done only once the bytes are in the peer's memory
+                        // (FI_DELIVERY_COMPLETE): by default it completes when sent, and a
+                        // read on another endpoint could then still see the old page.
+                        let iov = libc::iovec {
+                            iov_base: buf,
+                            iov_len: op.len,
+                        };
+                        let mut d = desc;
+                        let remote = RmaIov {
+                            addr: op.addr,
+                            len: op.len,
+                            key: op.key,
+                        };
+                        let msg = MsgRma {
+                            msg_iov: &iov,
+                            desc: &mut d,
+                            iov_count: 1,
+                            addr: 0,
+                            rma_iov: &remote,
+                            rma_iov_count: 1,
+                            context: std::ptr::null_mut(),
+                            data: 0,
+                        };
+                        (rma.writemsg)(self.ep.raw, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
+                    } else {
+                        (rma.read)(
+                            self.ep.raw,
+                            buf,
+                            op.len,
+                            desc,
+                            0,
+                            op.addr,
+                            op.key,
+                            std::ptr::null_mut(),
+                        )
+                    }
                 };
                 if rc == -(FI_EAGAIN as isize) {
                     break; // the queue is full: reap first
@@ -1195,12 +1313,9 @@ pub(super) unsafe fn rma_info(
     provider: Option<&str>,
 ) -> Result<Info, FabricError> {
     const FI_THREAD_SAFE: c_int = 1;
-    const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
     let node = node.map(|s| CString::new(s).unwrap());
     let service = service.map(|s| CString::new(s).unwrap());
-    // Writes complete only once the bytes are in the server's memory, so a read on another
-    // endpoint right after cannot see the old page; providers that cannot promise it are
-    // skipped.
+    // Providers that cannot complete writes on delivery (see `Channel::transfer`) are skipped.
     {
         // SAFETY: fi_dupinfo(NULL) allocates a zeroed info with its attribute structures.
         let hints = unsafe { (lib.dupinfo)(std::ptr::null()) };
@@ -1210,7 +1325,12 @@ pub(super) unsafe fn rma_info(
         // SAFETY: hints and its attributes are live allocations of fi_allocinfo; the provider
         // name is malloc'd (strdup) because fi_freeinfo frees it.
         unsafe {
-            (*hints).caps = super::FI_MSG | super::FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+            (*hints).caps = super::FI_MSG
+                | super::FI_RMA
+                | FI_READ
+                | FI_WRITE
+                | FI_REMOTE_READ
+                | FI_REMOTE_WRITE;
             (*(*hints).ep_attr).ep_type = super::EpType::Msg as c_int;
             (*(*hints).domain_attr).mr_mode = MR_MODES;
             (*(*hints).domain_attr).threading = FI_THREAD_SAFE;
@@ -1247,6 +1367,8 @@ pub(super) fn prov_name(info: *const RawInfo) -> String {
         (*info)
             .fabric_attr
             .as_ref()
-            .map_or(String::new(), |f: &FabricAttr| text(f.prov_name as *const c_char))
+            .map_or(String::new(), |f: &FabricAttr| {
+                text(f.prov_name as *const c_char)
+            })
     }
 }
