@@ -173,6 +173,11 @@ enum Cmd {
         /// approximate an RDMA fabric.
         #[arg(long, value_name = "DURATION")]
         emulate_latency: Option<String>,
+        /// Compare the transports: memliner at 25% over tcp, over one-sided fabric://
+        /// (libfabric; its tcp provider without an RDMA NIC) and in-process, for every Java
+        /// workload and collector, and each transport's store alone.
+        #[arg(long)]
+        transports: bool,
         /// Output folder (default benchmarks/results/<timestamp>).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -331,6 +336,7 @@ fn main() -> ExitCode {
             locals,
             no_gc_hooks,
             emulate_latency,
+            transports,
             out,
         } => {
             if let Some(l) = &emulate_latency {
@@ -400,6 +406,7 @@ fn main() -> ExitCode {
                 cfg.gc_hooks = false;
             }
             cfg.emulate_latency = emulate_latency;
+            cfg.transports = transports;
             if spark_only {
                 cfg.workloads.clear();
             }

@@ -13,6 +13,7 @@ mod kernel;
 mod plots;
 mod report;
 pub mod spark;
+pub mod stores;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -57,6 +58,9 @@ pub enum Mode {
     /// `policy=memliner` on the GC-hook patched JDK with `-XX:+MemLinerLineUp` (G1 and
     /// Shenandoah; planned when target/jdk-memliner exists).
     MemlinerGcHooks,
+    /// `policy=memliner` over one-sided reads and writes to the embedded server
+    /// (`fabric://`, libfabric's tcp provider here; `--transports`).
+    MemlinerFabric,
 }
 
 impl Mode {
@@ -73,6 +77,7 @@ impl Mode {
             Mode::MemlinerInProcess => "memliner-in-process",
             Mode::MemlinerThreadFaults => "memliner-faults-thread",
             Mode::MemlinerGcHooks => "memliner-gc-hooks",
+            Mode::MemlinerFabric => "memliner-fabric",
         }
     }
 }
@@ -114,6 +119,9 @@ pub struct BenchConfig {
     pub gc_hooks: bool,
     /// Emulated latency every paged run's store requests take at least (`latency=`).
     pub emulate_latency: Option<String>,
+    /// Compare the transports: memliner over tcp, over fabric (one-sided) and in-process at
+    /// 25% for every Java workload and collector, and each store alone.
+    pub transports: bool,
 }
 
 impl BenchConfig {
@@ -132,6 +140,7 @@ impl BenchConfig {
             command: "memliner bench --quick".into(),
             gc_hooks: crate::locate::patched_java().is_some(),
             emulate_latency: None,
+            transports: false,
         }
     }
 
@@ -149,6 +158,7 @@ impl BenchConfig {
             command: "memliner bench".into(),
             gc_hooks: crate::locate::patched_java().is_some(),
             emulate_latency: None,
+            transports: false,
         }
     }
 }
@@ -342,6 +352,13 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     out.push(p(Mode::MemlinerInProcess, 25));
                     out.push(p(Mode::MemlinerThreadFaults, 25));
                 }
+                // The transports side by side: tcp (the memliner cell), one-sided, in-process.
+                if cfg.transports && !cfg.kernel_only && java {
+                    out.push(p(Mode::MemlinerFabric, 25));
+                    if *c != cfg.collectors[0] {
+                        out.push(p(Mode::MemlinerInProcess, 25));
+                    }
+                }
             }
         }
     }
@@ -486,11 +503,18 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
     }
     bar.set_message("tcp loopback");
     let (wgbs, rgbs) = tcp_throughput(cfg.tcp_mib, cfg.reps)?;
+    let stores = if cfg.transports {
+        bar.set_message("each transport's store alone");
+        stores::measure(cfg.tcp_mib, cfg.reps.max(3))?
+    } else {
+        Vec::new()
+    };
     bar.finish_with_message(format!("done in {:.0} s", started.elapsed().as_secs_f64()));
 
     let extras = report::Extras {
         tcp_write_gbs: wgbs,
         tcp_read_gbs: rgbs,
+        stores,
         kernel_skipped: kernel_skip.filter(|_| cfg.kernel),
         elapsed_s: started.elapsed().as_secs_f64(),
     };
@@ -519,6 +543,7 @@ fn write_outputs(
         "emulate_latency": cfg.emulate_latency,
         "elapsed_s": extras.elapsed_s, "kernel_skipped": extras.kernel_skipped,
         "tcp": {"mib": cfg.tcp_mib, "write_gbs": wgbs, "read_gbs": rgbs},
+        "stores": extras.stores,
         "runs": records,
     });
     std::fs::write(
@@ -590,10 +615,12 @@ pub fn rerender(raw: &Path, out: PathBuf) -> Result<PathBuf, String> {
         command: doc["command"].as_str().unwrap_or("?").to_string(),
         gc_hooks: records.iter().any(|r| r.mode == Mode::MemlinerGcHooks),
         emulate_latency: doc["emulate_latency"].as_str().map(str::to_string),
+        transports: records.iter().any(|r| r.mode == Mode::MemlinerFabric),
     };
     let extras = report::Extras {
         tcp_write_gbs: doc["tcp"]["write_gbs"].as_f64().unwrap_or(f64::NAN),
         tcp_read_gbs: doc["tcp"]["read_gbs"].as_f64().unwrap_or(f64::NAN),
+        stores: serde_json::from_value(doc["stores"].clone()).unwrap_or_default(),
         kernel_skipped: doc["kernel_skipped"].as_str().map(str::to_string),
         elapsed_s: doc["elapsed_s"].as_f64().unwrap_or(f64::NAN),
     };
@@ -645,6 +672,10 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
         },
         Mode::MemlinerGcHooks => RunConfig {
             gc_hooks: crate::run::GcHooks::On,
+            ..base
+        },
+        Mode::MemlinerFabric => RunConfig {
+            transport: crate::run::Transport::Fabric,
             ..base
         },
         Mode::Memliner => base,

@@ -12,6 +12,8 @@ use super::{median, BenchConfig, Mode, Record};
 pub struct Extras {
     pub tcp_write_gbs: f64,
     pub tcp_read_gbs: f64,
+    /// Each transport's store alone (`--transports`).
+    pub stores: Vec<super::stores::StoreFigures>,
     pub kernel_skipped: Option<String>,
     pub elapsed_s: f64,
 }
@@ -660,7 +662,85 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         "\n## TCP loopback, pipelined batches of 1024 pages, {} MiB\n\n| direction | GB/s |\n|---|---|\n| write | {:.2} |\n| read | {:.2} |\n",
         cfg.tcp_mib, x.tcp_write_gbs, x.tcp_read_gbs
     );
+    transports(&mut md, cfg, rs, x);
     md
+}
+
+/// The transports side by side (`--transports`): the same JVM runs over tcp, one-sided
+/// fabric and the in-process store, then each store alone.
+fn transports(md: &mut String, cfg: &BenchConfig, rs: &[Record], x: &Extras) {
+    if !cfg.transports && x.stores.is_empty() {
+        return;
+    }
+    let wall = |r: &Record| r.ok().then_some(r.wall_ms);
+    let _ = writeln!(
+        md,
+        "\n## Transports at 25% local: memliner over tcp, one-sided fabric, in-process (medians)\n\n\
+         The same runs but for where the pages go: `tcp://` to the embedded server, `fabric://` to \
+         the same server through libfabric's one-sided reads and writes (its tcp provider here: \
+         no RDMA NIC), and the in-process store (no network at all, the pager's own cost).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| workload | collector | transport | x all-local | fabric / tcp wall | remote faults | faulting-thread remote fault p50 / p99 us | agent CPU s | server CPU s |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    for (w, c) in pairs(cfg, rs) {
+        let n = med(&cell(rs, &w, &c, Mode::NoAgent, 100), wall);
+        let tcp = med(&cell(rs, &w, &c, Mode::Memliner, 25), wall);
+        for (mode, name) in [
+            (Mode::Memliner, "tcp"),
+            (Mode::MemlinerFabric, "fabric"),
+            (Mode::MemlinerInProcess, "in-process"),
+        ] {
+            let m = cell(rs, &w, &c, mode, 25);
+            if m.is_empty()
+                || (mode == Mode::Memliner && cell(rs, &w, &c, Mode::MemlinerFabric, 25).is_empty())
+            {
+                continue;
+            }
+            let p =
+                |f: fn(&PagerDoc) -> Option<f64>| med(&m, |r| r.stat(|d| f(d.pager.as_ref()?)));
+            let _ = writeln!(
+                md,
+                "| {w} | {c} | {name} | {} | {} | {} | {} / {} | {} | {} |",
+                fmt(med(&m, wall) / n, 2),
+                if mode == Mode::MemlinerFabric {
+                    fmt(med(&m, wall) / tcp, 2)
+                } else {
+                    "".into()
+                },
+                fmt(med(&m, |r| r.stat(|d| Some(d.faults.remote as f64))), 0),
+                fmt(p(|p| p.latency.thread_remote.p50_us), 1),
+                fmt(p(|p| p.latency.thread_remote.p99_us), 0),
+                fmt(p(|p| Some(p.agent_cpu.total_s)), 2),
+                fmt(med(&m, |r| r.server_cpu_ms.map(|v| v / 1e3)), 2),
+            );
+        }
+    }
+    if !x.stores.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n### Each store alone, outside the JVM ({} MiB, medians of {} repetitions)\n\n\
+             One page at a time (queue depth 1), and batches of {} pages as the pager's \
+             write-back and prefetch send them.\n\n\
+             | transport | read p50 / p99 us | write p50 us | batch read GB/s | batch write GB/s |\n|---|---|---|---|---|",
+            cfg.tcp_mib,
+            cfg.reps.max(3),
+            super::stores::BATCH
+        );
+        for s in &x.stores {
+            let _ = writeln!(
+                md,
+                "| {} | {} / {} | {} | {:.2} | {:.2} |",
+                s.transport,
+                fmt(s.read_p50_us, 1),
+                fmt(s.read_p99_us, 0),
+                fmt(s.write_p50_us, 1),
+                s.read_gbs,
+                s.write_gbs
+            );
+        }
+    }
 }
 
 /// Inserts links to the plots after the headline.
@@ -840,6 +920,7 @@ mod tests {
         let x = Extras {
             tcp_write_gbs: 1.0,
             tcp_read_gbs: 1.0,
+            stores: Vec::new(),
             kernel_skipped: None,
             elapsed_s: 60.0,
         };
@@ -851,6 +932,44 @@ mod tests {
         assert!(md.contains("| graph | 6.0x (<= 6x) | 2.5x (<= 3x) | 30.0 / 120 us (<= 15 / 100) | 2.0% (<= 3%) |"), "{md}");
         assert!(
             md.contains("| graph | G1 | 5000 / 6000 | 1000 / 1600 | 600 | 400 | 9 |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn the_report_sets_the_transports_side_by_side() {
+        let mut cfg = BenchConfig::quick("/tmp/x".into());
+        cfg.transports = true;
+        let rs = vec![
+            record(Mode::NoAgent, 100, 1000.0, None),
+            record(Mode::Memliner, 25, 6000.0, paged(1600, 0)),
+            record(Mode::MemlinerFabric, 25, 7500.0, paged(1500, 0)),
+            record(Mode::MemlinerInProcess, 25, 2500.0, paged(1000, 400)),
+        ];
+        let x = Extras {
+            tcp_write_gbs: 1.0,
+            tcp_read_gbs: 1.0,
+            stores: vec![crate::bench::stores::StoreFigures {
+                transport: "fabric (tcp provider)".into(),
+                read_p50_us: 31.0,
+                read_p99_us: 90.0,
+                write_p50_us: 40.0,
+                read_gbs: 0.8,
+                write_gbs: 0.6,
+            }],
+            kernel_skipped: None,
+            elapsed_s: 60.0,
+        };
+        let md = markdown(&cfg, &rs, &x);
+        assert!(md.contains("## Transports at 25% local"), "{md}");
+        assert!(
+            md.contains("| graph | G1 | fabric | 7.50 | 1.25 | 1500 | 30.0 / 120 | 1.50 | 0.25 |"),
+            "{md}"
+        );
+        assert!(md.contains("| graph | G1 | tcp | 6.00 |  | 1600 |"), "{md}");
+        assert!(md.contains("| graph | G1 | in-process | 2.50 |"), "{md}");
+        assert!(
+            md.contains("| fabric (tcp provider) | 31.0 / 90 | 40.0 | 0.80 | 0.60 |"),
             "{md}"
         );
     }

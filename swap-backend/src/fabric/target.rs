@@ -299,7 +299,12 @@ impl Target {
     }
 
     /// Waits on the completion queue: a target that posts nothing still has to drive its
-    /// provider's progress, or the first read of a client hangs.
+    /// provider's progress, or the first read of a client hangs. It blocks, so with a
+    /// software provider (tcp) every request costs the server a wake: 4 KiB reads over
+    /// loopback at queue depth 1 took 41 us p50 so, 11.5 us with this thread polling without
+    /// pause. Spinning only after a request, as the TCP server does, would need to know a
+    /// request was served; tcp grants FI_RMA_EVENT, but its counter of served operations
+    /// never moved (1.17). On a NIC the server's CPU takes no part in one-sided operations.
     fn progress_loop(&self) {
         while !self.stopping.load(Ordering::SeqCst) {
             let _ = self.cq.wait(Duration::from_millis(200));
