@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde::Serialize;
+use swap_backend::fabric::FabricStore;
 use swap_backend::rdma_stack::{self, Device, Library};
-use swap_backend::{PageStore, ServerUrl, TcpOptions, TcpStore};
+use swap_backend::{PageStore, Scheme, ServerUrl, TcpOptions, TcpStore, PAGE_SIZE};
 
 use memliner_agent::stats::doc::StatsDoc;
 use memliner_agent::uffd;
@@ -317,10 +318,16 @@ fn rdma_checks(rdma: &Rdma) -> Vec<Check> {
                     .map(|p| format!("{} ({})", p.provider, p.domain))
                     .collect();
                 names.dedup();
+                let chosen = swap_backend::fabric::provider_choice().unwrap_or_else(|| {
+                    format!("FI_PROVIDER={}", std::env::var("FI_PROVIDER").unwrap_or_default())
+                });
                 check(
                     "libfabric providers",
                     Status::Ok,
-                    format!("one-sided (FI_RMA, FI_EP_MSG): {}", names.join(", ")),
+                    format!(
+                        "one-sided (FI_RMA, FI_EP_MSG): {}; fabric:// uses {chosen}",
+                        names.join(", ")
+                    ),
                     None,
                 )
             }
@@ -389,25 +396,45 @@ fn rdma_checks(rdma: &Rdma) -> Vec<Check> {
 
 fn server(url: &ServerUrl) -> Check {
     let name = format!("server {url}");
-    let store = TcpStore::connect(
-        &url.authority(),
-        TcpOptions {
-            token: std::env::var("MEMLINER_TOKEN").unwrap_or_default(),
-            namespace: format!("memliner-doctor/{}", std::process::id()),
-            connections: 1,
-        },
-    );
-    match store.and_then(|s| s.server_stats().map(|st| (s, st))) {
-        Ok((s, st)) => check(
+    let options = TcpOptions {
+        token: std::env::var("MEMLINER_TOKEN").unwrap_or_default(),
+        namespace: format!("memliner-doctor/{}", std::process::id()),
+        connections: 1,
+    };
+    let reached = match url.scheme {
+        Scheme::Tcp => TcpStore::connect(&url.authority(), options)
+            .and_then(|s| Ok((s.server_stats()?, String::new()))),
+        // One page written and read back one-sided: the data path, not just the control port.
+        Scheme::Fabric => FabricStore::connect(&url.authority(), options).and_then(|s| {
+            let page: Vec<u8> = (0..PAGE_SIZE).map(|i| (i % 253) as u8).collect();
+            s.write_pages(&[0], &page)?;
+            let mut back = vec![0u8; PAGE_SIZE];
+            s.read_pages(&[0], &mut back)?;
+            let ok = if back == page {
+                "ok"
+            } else {
+                "READ BACK OTHER BYTES"
+            };
+            s.free_pages(&[0])?;
+            Ok((
+                s.server_stats()?,
+                format!(
+                    ", one-sided write and read of a page over {}: {ok}",
+                    s.provider()
+                ),
+            ))
+        }),
+    };
+    match reached {
+        Ok((st, data_path)) => check(
             &name,
-            Status::Ok,
+            if data_path.contains("OTHER") { Status::Fail } else { Status::Ok },
             format!(
-                "reachable, protocol version {}, {} MiB capacity, {} MiB stored for {} clients ({})",
+                "reachable, protocol version {}, {} MiB capacity, {} MiB stored for {} clients{data_path}",
                 swap_backend::protocol::VERSION,
-                (st.capacity_pages * swap_backend::PAGE_SIZE as u64) >> 20,
-                (st.pages_stored * swap_backend::PAGE_SIZE as u64) >> 20,
+                (st.capacity_pages * PAGE_SIZE as u64) >> 20,
+                (st.pages_stored * PAGE_SIZE as u64) >> 20,
                 st.namespaces.saturating_sub(1),
-                s.describe()
             ),
             None,
         ),
@@ -415,7 +442,10 @@ fn server(url: &ServerUrl) -> Check {
             &name,
             Status::Fail,
             e.to_string(),
-            Some("start `memliner server --listen URL` on that host (a listener other than loopback: --listen tcp://0.0.0.0:PORT), check the port and the firewall, and MEMLINER_TOKEN if the server wants a token"),
+            Some(match url.scheme {
+                Scheme::Tcp => "start `memliner server --listen URL` on that host (a listener other than loopback: --listen tcp://0.0.0.0:PORT), check the port and the firewall, and MEMLINER_TOKEN if the server wants a token",
+                Scheme::Fabric => "start `memliner server --listen fabric://HOST:PORT` on that host (HOST: the address of its RDMA interface), check that both hosts' libfabric offer the same provider (`memliner doctor` on each; FI_PROVIDER picks one), and the firewall for the control port and the data port the server announces",
+            }),
         ),
     }
 }

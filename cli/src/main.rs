@@ -301,8 +301,11 @@ fn main() -> ExitCode {
                         ..listen.clone()
                     };
                     eprintln!(
-                        "memliner-server: listening on {at} with {} for pages{}",
+                        "memliner-server: listening on {at} with {} for pages{}{}",
                         swap_backend::units::format_size(capacity_bytes),
+                        h.fabric().map_or(String::new(), |(provider, port)| format!(
+                            ", registered for one-sided access (libfabric's {provider} provider, data endpoints on port {port})"
+                        )),
                         latency.map_or(String::new(), |l| format!(
                             ", replies delayed to {} after each request (emulated latency)",
                             swap_backend::units::format_duration(l)

@@ -284,14 +284,10 @@ cells!(cell {
 });
 
 /// The cell over one-sided reads and writes (`fabric://`, libfabric's tcp provider on
-/// loopback). Where libfabric is missing it says so and passes, except in CI, which installs it.
+/// loopback). Where libfabric is missing it says so and passes, except under
+/// MEMLINER_REQUIRE_FABRIC (CI, which installs it).
 fn fabric_cell(w: Workload, gc: &str, local: u32) {
-    if let Err(e) = swap_backend::fabric_ffi::load() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI installs libfabric, yet: {e}"
-        );
-        eprintln!("skipped: {e} (apt-get install libfabric1 to run the fabric cells)");
+    if !swap_backend::conformance::libfabric_or_skip("a fabric JVM cell") {
         return;
     }
     let cfg = RunConfig {
@@ -472,9 +468,11 @@ fn no_rdma_library_is_linked() {
 }
 
 /// `memliner doctor --json`: every check named with a status, the JDK's heap found with the
-/// agent, a live server reached and a dead one failed with its fix (and exit code 1).
+/// agent, a live server reached (over tcp://, and fabric:// where libfabric is installed, with
+/// a page written and read back one-sided) and a dead one failed with its fix (exit code 1).
 #[test]
 fn doctor_checks_the_machine_the_jdk_and_the_servers() {
+    let fabric = swap_backend::conformance::libfabric_or_skip("doctor's fabric:// check");
     let live = swap_backend::server::spawn(
         "127.0.0.1:0",
         swap_backend::server::ServerConfig {
@@ -482,7 +480,7 @@ fn doctor_checks_the_machine_the_jdk_and_the_servers() {
             token: None,
             verbose: false,
             latency: None,
-            fabric: false,
+            fabric,
         },
     )
     .unwrap();
@@ -496,6 +494,17 @@ fn doctor_checks_the_machine_the_jdk_and_the_servers() {
         .arg(java())
         .args(["--server", &format!("tcp://{}", live.local_addr())])
         .args(["--server", &format!("127.0.0.1:{dead}")])
+        .args(
+            fabric
+                .then(|| {
+                    [
+                        "--server".to_string(),
+                        format!("fabric://{}", live.local_addr()),
+                    ]
+                })
+                .into_iter()
+                .flatten(),
+        )
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "a dead server fails the report");
@@ -534,6 +543,17 @@ fn doctor_checks_the_machine_the_jdk_and_the_servers() {
         ok["detail"].as_str().unwrap().contains("64 MiB capacity"),
         "{ok}"
     );
+    if fabric {
+        let one_sided = get(&format!("server fabric://{}", live.local_addr()));
+        assert_eq!(one_sided["status"], "ok", "{one_sided}");
+        assert!(
+            one_sided["detail"]
+                .as_str()
+                .unwrap()
+                .contains("one-sided write and read of a page over tcp: ok"),
+            "{one_sided}"
+        );
+    }
     let bad = get(&format!("server tcp://127.0.0.1:{dead}"));
     assert_eq!(bad["status"], "fail");
     assert!(bad["detail"].as_str().unwrap().contains("refused"), "{bad}");

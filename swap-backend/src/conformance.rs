@@ -162,3 +162,19 @@ pub fn free_then_read_fails(store: &dyn PageStore) {
         "error should name the page: {err}"
     );
 }
+
+/// Whether libfabric loads, for the tests of the one-sided transport: without it they print
+/// why they are skipped and pass, unless `MEMLINER_REQUIRE_FABRIC` is set (CI installs it, so
+/// there a missing library fails rather than skips).
+pub fn libfabric_or_skip(what: &str) -> bool {
+    match crate::fabric_ffi::load() {
+        Ok(_) => true,
+        Err(e) if std::env::var_os("MEMLINER_REQUIRE_FABRIC").is_some() => {
+            panic!("{what}: MEMLINER_REQUIRE_FABRIC is set, yet {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped {what}: {e} (apt-get install libfabric1 to run it)");
+            false
+        }
+    }
+}

@@ -78,9 +78,15 @@ impl ServerHandle {
         self.shared.used_pages.load(Ordering::Relaxed)
     }
 
-    /// CPU time the connection threads that have closed used serving their clients.
+    /// CPU time the connection threads that have closed used serving their clients, and the
+    /// one-sided listener's threads so far.
     pub fn cpu_time(&self) -> std::time::Duration {
         std::time::Duration::from_nanos(self.shared.cpu_ns.load(Ordering::Relaxed))
+            + self
+                .shared
+                .target
+                .as_deref()
+                .map_or(std::time::Duration::ZERO, Target::cpu_time)
     }
 
     /// Waits until no client is connected, at most `timeout`; `true` if none is.
@@ -480,13 +486,15 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
                     continue;
                 };
                 let count = grant(before) as u32;
-                let slots = s
-                    .target
-                    .alloc(s.id, count)
-                    .expect("the pool holds the whole capacity");
-                Reply::AllocOk(slots)
-                    .write_to(&mut writer, h.request)
-                    .map_err(io)?;
+                match s.target.alloc(s.id, count) {
+                    Ok(slots) => Reply::AllocOk(slots)
+                        .write_to(&mut writer, h.request)
+                        .map_err(io)?,
+                    Err(msg) => {
+                        shared.used_pages.fetch_sub(count as u64, Ordering::SeqCst);
+                        send_error(&mut writer, h.request, code::BAD_REQUEST, &msg).map_err(io)?;
+                    }
+                }
             }
             Request::Release { slots } => {
                 let Some(s) = &session else {

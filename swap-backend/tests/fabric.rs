@@ -21,8 +21,7 @@ fn config(capacity_pages: u64) -> ServerConfig {
 
 /// A server with a one-sided listener, or `None` (and why) without libfabric.
 fn start(capacity_pages: u64) -> Option<ServerHandle> {
-    if let Err(e) = swap_backend::fabric_ffi::load() {
-        eprintln!("skipped: {e} (apt-get install libfabric1 to run the fabric tests)");
+    if !conformance::libfabric_or_skip("a fabric transport test") {
         return None;
     }
     Some(
@@ -158,4 +157,25 @@ fn a_tcp_only_server_refuses_one_sided_clients_with_the_fix() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("--listen fabric://"), "{err}");
+}
+
+/// On a host with an RDMA device the server picks libfabric's verbs provider (FI_PROVIDER
+/// unset), and the suite runs over it; elsewhere the test says why it does not run.
+#[test]
+fn the_verbs_provider_conforms_where_a_device_exists() {
+    let devices = std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| d.count())
+        .unwrap_or(0);
+    if devices == 0 || std::env::var_os("FI_PROVIDER").is_some() {
+        eprintln!(
+            "skipped: the verbs provider needs an RDMA device, and /sys/class/infiniband lists none (or FI_PROVIDER chooses another)"
+        );
+        return;
+    }
+    let Some(s) = start(MIN_CAPACITY_PAGES * 2) else {
+        return;
+    };
+    let c = client(&s, "verbs");
+    assert_eq!(c.provider(), "verbs");
+    conformance::run_all(&c);
 }

@@ -485,8 +485,7 @@ mod tests {
     use crate::server::{self, ServerConfig};
 
     fn pair() -> Option<(crate::server::ServerHandle, FabricStore)> {
-        if let Err(e) = crate::fabric_ffi::load() {
-            eprintln!("skipped: {e} (apt-get install libfabric1 to run the fabric tests)");
+        if !crate::conformance::libfabric_or_skip("a fabric client test") {
             return None;
         }
         let s = server::spawn(

@@ -53,6 +53,8 @@ pub struct Target {
     sessions: Mutex<HashMap<u64, Session>>,
     stopping: AtomicBool,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Kernel ids of those threads, for their CPU time.
+    tids: Mutex<Vec<u32>>,
     // Drop order: the listener and queues, then the regions, the pool, the domain.
     pep: PassiveEndpoint,
     eq: Arc<EventQueue>,
@@ -141,6 +143,7 @@ impl Target {
             sessions: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
+            tids: Mutex::new(Vec::new()),
             pep,
             eq,
             cq,
@@ -191,32 +194,29 @@ impl Target {
         }
     }
 
-    /// Takes `count` free slots for `session`; the caller has reserved that much of the
-    /// server's capacity first, and the pool holds the whole capacity, so `None` (fewer free
-    /// slots than asked) means the reservation was skipped.
-    pub fn alloc(&self, session: u64, count: u32) -> Option<Vec<u64>> {
+    /// Takes `count` free slots for `session`. The caller has reserved that much of the
+    /// server's capacity first, and the pool holds the whole capacity, so an error means the
+    /// session has ended (the server is stopping).
+    pub fn alloc(&self, session: u64, count: u32) -> Result<Vec<u64>, String> {
+        let mut sessions = lock(&self.sessions);
+        let s = sessions.get_mut(&session).ok_or("the session has ended")?;
         let mut slots = lock(&self.slots);
         let fresh = self.capacity_pages - slots.next;
         if (slots.free.len() as u64 + fresh) < count as u64 {
-            return None;
+            return Err(format!("the pool has fewer than {count} free slots"));
         }
         let mut got = Vec::with_capacity(count as usize);
         while got.len() < count as usize {
             match slots.free.pop() {
-                Some(s) => got.push(s),
+                Some(x) => got.push(x),
                 None => {
                     got.push(slots.next);
                     slots.next += 1;
                 }
             }
         }
-        drop(slots);
-        lock(&self.sessions)
-            .get_mut(&session)
-            .expect("a live session")
-            .slots
-            .extend(&got);
-        Some(got)
+        s.slots.extend(&got);
+        Ok(got)
     }
 
     /// Gives `slots` of `session` back; an error names the first one it does not hold (and
@@ -224,7 +224,7 @@ impl Target {
     pub fn release(&self, session: u64, slots: &[u64]) -> Result<(), String> {
         {
             let mut sessions = lock(&self.sessions);
-            let s = sessions.get_mut(&session).expect("a live session");
+            let s = sessions.get_mut(&session).ok_or("the session has ended")?;
             if let Some(bad) = slots.iter().find(|x| !s.slots.contains(x)) {
                 return Err(format!("slot {bad} is not held by this client"));
             }
@@ -309,6 +309,14 @@ impl Target {
         while !self.stopping.load(Ordering::SeqCst) {
             let _ = self.cq.wait(Duration::from_millis(200));
         }
+    }
+
+    /// CPU time the listener's and the progress thread have used (while they run).
+    pub fn cpu_time(&self) -> Duration {
+        lock(&self.tids)
+            .iter()
+            .filter_map(|&t| crate::cpu::cpu_time_of(t))
+            .sum()
     }
 
     /// Stops the threads and closes every session's endpoints.

@@ -396,15 +396,14 @@ impl Memory {
         self.ptr as u64
     }
 
-    /// Zeroes `offset..offset + len`, giving back its memory to the kernel. The caller owns
-    /// that range: no transfer may be reading or writing it.
+    /// Zeroes `offset..offset + len`. The caller owns that range: no transfer may be reading
+    /// or writing it. (Stored zeros, not `MADV_DONTNEED`: a NIC that pinned the range keeps
+    /// using the old physical pages, and would never see the kernel's fresh zero pages.)
     pub fn zero(&self, offset: usize, len: usize) {
-        assert!(
-            offset.is_multiple_of(4096) && len.is_multiple_of(4096) && offset + len <= self.len
-        );
-        // SAFETY: a page-aligned range inside our own mapping (checked above); MADV_DONTNEED
-        // on a private anonymous mapping makes its pages read back as zeros.
-        unsafe { libc::madvise(self.ptr.add(offset).cast(), len, libc::MADV_DONTNEED) };
+        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len));
+        // SAFETY: a range inside our own mapping (checked above) that, by the contract, no
+        // transfer or other thread touches meanwhile; written through the raw pointer only.
+        unsafe { std::ptr::write_bytes(self.ptr.add(offset), 0, len) };
     }
 }
 
