@@ -33,7 +33,9 @@ use std::time::Instant;
 use options::{LogLevel, Options, Policy};
 use pager::{Pager, PagerConfig};
 use swap_backend::fabric::FabricStore;
-use swap_backend::{LocalStore, PageStore, Scheme, StripedStore, TcpOptions, TcpStore, PAGE_SIZE};
+use swap_backend::{
+    ClientOptions, LocalStore, PageStore, Scheme, StripedStore, TcpStore, PAGE_SIZE,
+};
 
 /// Exit status of a JVM stopped because a page could not be served correctly.
 pub const FATAL_EXIT_CODE: i32 = 70;
@@ -122,7 +124,7 @@ fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
     let namespace = format!("{}/{}/{started:x}", host.trim(), std::process::id());
     let mut stores: Vec<Box<dyn PageStore>> = Vec::new();
     for s in &options.servers {
-        let tcp = TcpOptions {
+        let tcp = ClientOptions {
             token: options.token.clone(),
             namespace: namespace.clone(),
             connections: demand_connections(options),

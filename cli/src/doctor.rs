@@ -8,7 +8,7 @@ use std::process::Command;
 use serde::Serialize;
 use swap_backend::fabric::FabricStore;
 use swap_backend::rdma_stack::{self, Device, Library};
-use swap_backend::{PageStore, Scheme, ServerUrl, TcpOptions, TcpStore, PAGE_SIZE};
+use swap_backend::{ClientOptions, PageStore, Scheme, ServerUrl, TcpStore, PAGE_SIZE};
 
 use memliner_agent::stats::doc::StatsDoc;
 use memliner_agent::uffd;
@@ -396,7 +396,7 @@ fn rdma_checks(rdma: &Rdma) -> Vec<Check> {
 
 fn server(url: &ServerUrl) -> Check {
     let name = format!("server {url}");
-    let options = TcpOptions {
+    let options = ClientOptions {
         token: std::env::var("MEMLINER_TOKEN").unwrap_or_default(),
         namespace: format!("memliner-doctor/{}", std::process::id()),
         connections: 1,

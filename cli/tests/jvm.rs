@@ -591,7 +591,7 @@ fn servers_listen_and_are_reached_at_urls() {
     assert!(url.port > 0 && url.is_loopback(), "{line}");
     let store = swap_backend::TcpStore::connect(
         &url.authority(),
-        swap_backend::TcpOptions {
+        swap_backend::ClientOptions {
             namespace: "url-test".into(),
             connections: 1,
             ..Default::default()
@@ -655,7 +655,7 @@ fn memory_server_killed_mid_run_stops_the_jvm_naming_server_and_page() {
         .find_map(|_| {
             swap_backend::TcpStore::connect(
                 &addr,
-                swap_backend::TcpOptions {
+                swap_backend::ClientOptions {
                     namespace: "probe".into(),
                     connections: 1,
                     ..Default::default()

@@ -1,7 +1,7 @@
 //! Single-page read latency over TCP loopback: `cargo run --release --example latency`.
 use std::time::Instant;
 use swap_backend::server::{spawn, ServerConfig};
-use swap_backend::{PageStore, TcpOptions, TcpStore, PAGE_SIZE};
+use swap_backend::{ClientOptions, PageStore, TcpStore, PAGE_SIZE};
 
 fn main() {
     let s = spawn(
@@ -17,7 +17,7 @@ fn main() {
     .unwrap();
     let c = TcpStore::connect(
         &s.local_addr().to_string(),
-        TcpOptions {
+        ClientOptions {
             connections: 1,
             ..Default::default()
         },

@@ -41,7 +41,7 @@ pub fn a_write_is_visible_to_every_lane_once_it_returns(store: &dyn PageStore) {
     for round in 0..50u8 {
         std::thread::scope(|s| {
             s.spawn(|| {
-                crate::tcp::set_thread_lane(Lane::Reclaim);
+                crate::store::set_thread_lane(Lane::Reclaim);
                 store.write_pages(&ids, &pages(&ids, round)).unwrap();
             });
         });
@@ -64,7 +64,7 @@ pub fn concurrent_callers_on_every_lane(store: &dyn PageStore) {
             .enumerate()
         {
             s.spawn(move || {
-                crate::tcp::set_thread_lane(lane);
+                crate::store::set_thread_lane(lane);
                 let ids: Vec<u64> = (0..8).map(|i| 20_000 + t as u64 * 100 + i).collect();
                 for round in 0..8u8 {
                     store.write_pages(&ids, &pages(&ids, round)).unwrap();

@@ -19,7 +19,10 @@ pub mod tcp;
 pub mod units;
 pub mod url;
 
+pub use protocol::Lane;
 pub use protocol::PAGE_SIZE;
-pub use store::{LatencyStore, LocalStore, PageStore, StoreError, StripedStore};
-pub use tcp::{set_thread_lane, Lane, TcpOptions, TcpStore};
+pub use store::{
+    set_thread_lane, ClientOptions, LatencyStore, LocalStore, PageStore, StoreError, StripedStore,
+};
+pub use tcp::TcpStore;
 pub use url::{ListenUrl, Scheme, ServerUrl};

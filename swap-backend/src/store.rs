@@ -5,7 +5,34 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Mutex;
 
-use crate::protocol::PAGE_SIZE;
+use crate::protocol::{Lane, PAGE_SIZE};
+
+/// How a client connects to a memory server, whatever the transport.
+#[derive(Clone, Debug, Default)]
+pub struct ClientOptions {
+    /// Shared secret the server was started with (`--token`); empty for none.
+    pub token: String,
+    /// This client's namespace on the server: all connections of one client share it.
+    pub namespace: String,
+    /// How many demand connections to keep (one per concurrent caller, e.g. fault-handler
+    /// threads); the prefetch and reclaim lanes get one more each.
+    pub connections: usize,
+}
+
+thread_local! {
+    static LANE: std::cell::Cell<Lane> = const { std::cell::Cell::new(Lane::Demand) };
+}
+
+/// Declares the lane of the calling thread's requests (default: [`Lane::Demand`]): remote
+/// stores keep connections per lane, so a demand read never queues behind the others.
+pub fn set_thread_lane(lane: Lane) {
+    LANE.with(|l| l.set(lane));
+}
+
+/// The calling thread's lane.
+pub(crate) fn thread_lane() -> Lane {
+    LANE.with(|l| l.get())
+}
 
 /// Why a store operation failed. Every message names the store so that a fatal stop can say
 /// which server lost a page.

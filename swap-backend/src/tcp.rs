@@ -6,23 +6,10 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::Duration;
 
-pub use crate::protocol::Lane;
-use crate::protocol::{self, code, read_frame, Hello, Op, Reply, Request, MAX_BATCH, PAGE_SIZE};
-use crate::store::{PageStore, StoreError};
-
-thread_local! {
-    static LANE: std::cell::Cell<Lane> = const { std::cell::Cell::new(Lane::Demand) };
-}
-
-/// Declares the lane of the calling thread's requests (default: [`Lane::Demand`]).
-pub fn set_thread_lane(lane: Lane) {
-    LANE.with(|l| l.set(lane));
-}
-
-/// The calling thread's lane.
-pub(crate) fn thread_lane() -> Lane {
-    LANE.with(|l| l.get())
-}
+use crate::protocol::{
+    self, code, read_frame, Hello, Lane, Op, Reply, Request, MAX_BATCH, PAGE_SIZE,
+};
+use crate::store::{thread_lane, ClientOptions, PageStore, StoreError};
 
 /// Frames in flight per connection. Replies to reads are large and requests to writes are large,
 /// never both, so a bounded window cannot deadlock on full socket buffers.
@@ -35,29 +22,17 @@ struct Conn {
     lane: Lane,
 }
 
-/// Options for connecting to a memory server.
-#[derive(Clone, Debug, Default)]
-pub struct TcpOptions {
-    /// Shared secret the server was started with (`--token`); empty for none.
-    pub token: String,
-    /// This client's namespace on the server: all connections of one client share it.
-    pub namespace: String,
-    /// How many demand connections to keep (one per concurrent caller, e.g. fault-handler
-    /// threads); the prefetch and reclaim lanes get one more each.
-    pub connections: usize,
-}
-
 /// A [`PageStore`] on a memory server reached over TCP.
 pub struct TcpStore {
     addr: String,
-    options: TcpOptions,
+    options: ClientOptions,
     pool: Vec<Mutex<Option<Conn>>>,
     capacity_pages: u64,
 }
 
 impl TcpStore {
     /// Connects (one connection now, the rest on first use) and says hello.
-    pub fn connect(addr: &str, options: TcpOptions) -> Result<TcpStore, StoreError> {
+    pub fn connect(addr: &str, options: ClientOptions) -> Result<TcpStore, StoreError> {
         let mut store = TcpStore {
             addr: addr.to_string(),
             pool: (0..options.connections.max(1) + 2)

@@ -7,7 +7,7 @@
 use swap_backend::conformance::{self, pattern, MIN_CAPACITY_PAGES};
 use swap_backend::fabric::FabricStore;
 use swap_backend::server::{self, ServerConfig, ServerHandle};
-use swap_backend::{PageStore, TcpOptions, PAGE_SIZE};
+use swap_backend::{ClientOptions, PageStore, PAGE_SIZE};
 
 fn config(capacity_pages: u64) -> ServerConfig {
     ServerConfig {
@@ -33,7 +33,7 @@ fn start(capacity_pages: u64) -> Option<ServerHandle> {
 fn client(s: &ServerHandle, ns: &str) -> FabricStore {
     FabricStore::connect(
         &s.local_addr().to_string(),
-        TcpOptions {
+        ClientOptions {
             token: String::new(),
             namespace: ns.into(),
             connections: 2,
@@ -153,7 +153,7 @@ fn a_tcp_only_server_refuses_one_sided_clients_with_the_fix() {
         },
     )
     .unwrap();
-    let err = FabricStore::connect(&s.local_addr().to_string(), TcpOptions::default())
+    let err = FabricStore::connect(&s.local_addr().to_string(), ClientOptions::default())
         .unwrap_err()
         .to_string();
     assert!(err.contains("--listen fabric://"), "{err}");
@@ -178,4 +178,16 @@ fn the_verbs_provider_conforms_where_a_device_exists() {
     let c = client(&s, "verbs");
     assert_eq!(c.provider(), "verbs");
     conformance::run_all(&c);
+}
+
+#[test]
+fn pages_striped_over_two_one_sided_servers_conform() {
+    let (Some(a), Some(b)) = (start(MIN_CAPACITY_PAGES), start(MIN_CAPACITY_PAGES)) else {
+        return;
+    };
+    let striped =
+        swap_backend::StripedStore::new(vec![Box::new(client(&a, "x")), Box::new(client(&b, "x"))]);
+    conformance::run_all(&striped);
+    assert!(striped.describe_page(0).starts_with("fabric://"));
+    assert_ne!(striped.describe_page(0), striped.describe_page(64));
 }

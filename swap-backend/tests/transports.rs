@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use swap_backend::conformance::{self, pattern, MIN_CAPACITY_PAGES};
 use swap_backend::server::{self, ServerConfig, ServerHandle};
 use swap_backend::{
-    LatencyStore, LocalStore, PageStore, StripedStore, TcpOptions, TcpStore, PAGE_SIZE,
+    ClientOptions, LatencyStore, LocalStore, PageStore, StripedStore, TcpStore, PAGE_SIZE,
 };
 
 fn start(capacity_pages: u64, token: Option<&str>) -> ServerHandle {
@@ -26,7 +26,7 @@ fn start(capacity_pages: u64, token: Option<&str>) -> ServerHandle {
 fn client(s: &ServerHandle, ns: &str, token: &str) -> TcpStore {
     TcpStore::connect(
         &s.local_addr().to_string(),
-        TcpOptions {
+        ClientOptions {
             token: token.into(),
             namespace: ns.into(),
             connections: 2,
@@ -154,7 +154,7 @@ fn wrong_token_is_refused() {
     let s = start(16, Some("sesame"));
     let err = TcpStore::connect(
         &s.local_addr().to_string(),
-        TcpOptions {
+        ClientOptions {
             token: "guess".into(),
             namespace: "a".into(),
             connections: 1,
@@ -172,7 +172,7 @@ fn unreachable_server_error_names_it() {
     let s = start(16, None);
     let addr = s.local_addr().to_string();
     s.stop();
-    let err = TcpStore::connect(&addr, TcpOptions::default()).unwrap_err();
+    let err = TcpStore::connect(&addr, ClientOptions::default()).unwrap_err();
     assert!(err.to_string().contains(&addr), "{err}");
 }
 

@@ -718,14 +718,14 @@ fn command_for(
 
 /// Pipelined page reads and writes over TCP loopback: (write GB/s, read GB/s) medians.
 pub fn tcp_throughput(mib: usize, reps: usize) -> Result<(f64, f64), String> {
-    use swap_backend::{PageStore, TcpOptions, TcpStore, PAGE_SIZE};
+    use swap_backend::{ClientOptions, PageStore, TcpStore, PAGE_SIZE};
     let server = crate::run::embedded_server(crate::run::Transport::Tcp)?;
     let store = TcpStore::connect(
         &server.local_addr().to_string(),
-        TcpOptions {
+        ClientOptions {
             namespace: "bench".into(),
             connections: 1,
-            ..TcpOptions::default()
+            ..ClientOptions::default()
         },
     )
     .map_err(|e| e.to_string())?;

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use swap_backend::fabric::FabricStore;
-use swap_backend::{LocalStore, PageStore, TcpOptions, TcpStore, PAGE_SIZE};
+use swap_backend::{ClientOptions, LocalStore, PageStore, TcpStore, PAGE_SIZE};
 
 use super::median;
 use crate::run::{embedded_server, Transport};
@@ -88,10 +88,10 @@ fn figures(
 /// The in-process store, TCP to the embedded server, and (where libfabric loads) one-sided
 /// reads through libfabric to it, `mib` MiB each, `reps` times.
 pub fn measure(mib: usize, reps: usize) -> Result<Vec<StoreFigures>, String> {
-    let options = || TcpOptions {
+    let options = || ClientOptions {
         namespace: "bench".into(),
         connections: 1,
-        ..TcpOptions::default()
+        ..ClientOptions::default()
     };
     let mut out = vec![figures(
         "in-process".into(),

@@ -22,8 +22,7 @@ use crate::fabric_ffi::{Channel, Domain, Fabric, FabricError, Info, Rma, FI_MR_L
 use crate::protocol::{
     code, read_frame, AttachOk, Hello, Lane, Reply, Request, ServerStats, MAX_BATCH, PAGE_SIZE,
 };
-use crate::store::{PageStore, StoreError};
-use crate::tcp::{thread_lane, TcpOptions};
+use crate::store::{thread_lane, ClientOptions, PageStore, StoreError};
 
 /// Slots asked for at once.
 pub const ALLOC_CHUNK: usize = MAX_BATCH;
@@ -96,7 +95,7 @@ pub struct FabricStore {
 impl FabricStore {
     /// Opens the control channel to `authority` (`HOST:PORT`), attaches, and connects the
     /// first data channel.
-    pub fn connect(authority: &str, options: TcpOptions) -> Result<FabricStore, StoreError> {
+    pub fn connect(authority: &str, options: ClientOptions) -> Result<FabricStore, StoreError> {
         let name = format!("fabric://{authority}");
         let io = |error: std::io::Error| StoreError::Io {
             store: name.clone(),
@@ -499,7 +498,8 @@ mod tests {
             },
         )
         .unwrap();
-        let c = FabricStore::connect(&s.local_addr().to_string(), TcpOptions::default()).unwrap();
+        let c =
+            FabricStore::connect(&s.local_addr().to_string(), ClientOptions::default()).unwrap();
         Some((s, c))
     }
 

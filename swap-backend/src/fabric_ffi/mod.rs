@@ -3,23 +3,35 @@
 //!
 //! Nothing links against libfabric: `libfabric.so.1` is opened with `dlopen` when first asked
 //! for, and each entry point is looked up at the symbol version whose structure layout the
-//! declarations below copy (`fi_getinfo`, `fi_dupinfo` and `fi_freeinfo` at `FABRIC_1.3`, the
-//! `fi_info` with a `nic` field; `fi_version` and `fi_strerror` at `FABRIC_1.0`). A machine
-//! without libfabric builds, runs and tests everything else; one with it (Debian's 1.17, or
-//! any later release, which keeps these versions) needs no rebuild. The layouts are those of
-//! `<rdma/fabric.h>`; only the fields read here are declared past the last one needed.
+//! declarations in `layout` copy (`fi_getinfo`, `fi_dupinfo` and `fi_freeinfo` at `FABRIC_1.3`,
+//! the `fi_info` with a `nic` field; `fi_fabric` at `FABRIC_1.1`; `fi_version` and
+//! `fi_strerror` at `FABRIC_1.0`). A machine without libfabric builds, runs and tests
+//! everything else; one with it (Debian's 1.17, or any later release, which keeps these
+//! versions) needs no rebuild.
+//!
+//! Here: loading, the provider list, the owned `fi_info`. `layout`: the C structures and
+//! function tables. `info`: the query for one-sided endpoints. `objects`: fabric, domain,
+//! regions, queues and endpoints as values that close themselves. `channel`: an endpoint with
+//! its registered buffer, and the transfer.
 
 #![allow(unsafe_code)]
 
+mod channel;
+mod info;
+mod layout;
 mod objects;
+
+use layout::{FabricAttr, RawInfo};
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
 
+pub use channel::{Channel, Rma};
+pub use info::{FI_MR_LOCAL, FI_MR_PROV_KEY, FI_MR_VIRT_ADDR};
+pub use layout::CM_DATA_MAX;
 pub use objects::{
-    Access, Channel, CompletionQueue, Domain, Endpoint, Event, EventQueue, Fabric, FabricError,
-    Memory, MemoryRegion, PassiveEndpoint, Rma, CM_DATA_MAX, FI_MR_LOCAL, FI_MR_PROV_KEY,
-    FI_MR_VIRT_ADDR,
+    Access, CompletionQueue, Domain, Endpoint, Event, EventQueue, Fabric, FabricError, Memory,
+    MemoryRegion, PassiveEndpoint,
 };
 
 /// `FI_VERSION(1, 17)`: the API this module speaks (Debian 12's libfabric).
@@ -52,71 +64,6 @@ impl EpType {
             _ => "FI_EP_UNSPEC",
         }
     }
-}
-
-/// `struct fi_fabric_attr`.
-#[repr(C)]
-struct FabricAttr {
-    fabric: *mut c_void,
-    name: *mut c_char,
-    prov_name: *mut c_char,
-    prov_version: u32,
-    api_version: u32,
-}
-
-/// `struct fi_domain_attr`, up to `mr_key_size`.
-#[repr(C)]
-struct DomainAttr {
-    domain: *mut c_void,
-    name: *mut c_char,
-    threading: c_int,
-    control_progress: c_int,
-    data_progress: c_int,
-    resource_mgmt: c_int,
-    av_type: c_int,
-    mr_mode: c_int,
-    mr_key_size: usize,
-}
-
-/// `struct fi_tx_attr`.
-#[repr(C)]
-struct TxAttr {
-    caps: u64,
-    mode: u64,
-    op_flags: u64,
-    msg_order: u64,
-    comp_order: u64,
-    inject_size: usize,
-    size: usize,
-    iov_limit: usize,
-    rma_iov_limit: usize,
-    tclass: u32,
-}
-
-/// `struct fi_ep_attr`, its first field (`enum fi_ep_type type`).
-#[repr(C)]
-struct EpAttr {
-    ep_type: c_int,
-}
-
-/// `struct fi_info` (FABRIC_1.3 and later).
-#[repr(C)]
-struct RawInfo {
-    next: *mut RawInfo,
-    caps: u64,
-    mode: u64,
-    addr_format: u32,
-    src_addrlen: usize,
-    dest_addrlen: usize,
-    src_addr: *mut c_void,
-    dest_addr: *mut c_void,
-    handle: *mut c_void,
-    tx_attr: *mut TxAttr,
-    rx_attr: *mut c_void,
-    ep_attr: *mut EpAttr,
-    domain_attr: *mut DomainAttr,
-    fabric_attr: *mut FabricAttr,
-    nic: *mut c_void,
 }
 
 type GetInfoFn = unsafe extern "C" fn(
@@ -399,13 +346,13 @@ impl Info {
         // The first fi_getinfo initialises every provider.
         keeping_signal_handlers(|| {
             // SAFETY: libfabric is loaded.
-            unsafe { objects::rma_info(lib, Some(node), Some(service), source, provider) }
+            unsafe { info::rma_info(lib, Some(node), Some(service), source, provider) }
         })
     }
 
     /// The provider's name (`tcp`, `verbs`, ...).
     pub fn provider(&self) -> String {
-        objects::prov_name(self.raw)
+        info::prov_name(self.raw)
     }
 
     /// The memory-registration mode the provider requires (`FI_MR_*` bits).

@@ -1,279 +1,15 @@
 //! libfabric's objects (fabric, domain, event and completion queues, memory regions, active and
-//! passive endpoints) as owned Rust values that close themselves, and the one-sided transfer
-//! that is the only way to move bytes through them.
-//!
-//! Apart from `fi_fabric`, libfabric's API is static inline functions in its headers that call
-//! through the function table of each object (`ep->rma->read(...)`); the `#[repr(C)]` tables
-//! below copy `<rdma/fabric.h>`, `fi_domain.h`, `fi_endpoint.h`, `fi_cm.h`, `fi_rma.h` and
-//! `fi_eq.h` of libfabric 1.17 up to the last member called. Each object holds an `Arc` of
-//! what it was opened from, so closing follows libfabric's order (endpoints before their
-//! queues, queues and regions before their domain, the domain before its fabric) whatever
-//! order the owners drop them in.
-//!
-//! A transfer's buffer must stay valid until the provider is done with it, which a borrow
-//! cannot promise if the caller gives up waiting: so the registered buffer belongs to the
-//! [`Channel`] that posts into it, [`Channel::transfer`] returns only when every operation it
-//! posted has completed, and a channel whose transfer failed closes its endpoint (cancelling
-//! whatever is still posted) before its buffer can be freed or reused.
+//! passive endpoints) as owned Rust values that close themselves. Each holds an `Arc` of what
+//! it was opened from, so closing follows libfabric's order (endpoints before their queues,
+//! queues and regions before their domain, the domain before its fabric) whatever order the
+//! owners drop them in.
 
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{load, text, FabricAttr, Info, Libfabric, RawInfo};
-
-// ---- the C layouts -------------------------------------------------------------------------
-
-#[repr(C)]
-pub(super) struct Fid {
-    fclass: usize,
-    context: *mut c_void,
-    ops: *const FiOps,
-}
-
-#[repr(C)]
-struct FiOps {
-    size: usize,
-    close: unsafe extern "C" fn(*mut Fid) -> c_int,
-    bind: unsafe extern "C" fn(*mut Fid, *mut Fid, u64) -> c_int,
-    control: unsafe extern "C" fn(*mut Fid, c_int, *mut c_void) -> c_int,
-}
-
-#[repr(C)]
-struct FidFabric {
-    fid: Fid,
-    ops: *const OpsFabric,
-    api_version: u32,
-}
-
-type Opaque = *const c_void;
-
-#[repr(C)]
-struct OpsFabric {
-    size: usize,
-    domain: unsafe extern "C" fn(
-        *mut FidFabric,
-        *mut RawInfo,
-        *mut *mut FidDomain,
-        *mut c_void,
-    ) -> c_int,
-    passive_ep:
-        unsafe extern "C" fn(*mut FidFabric, *mut RawInfo, *mut *mut FidPep, *mut c_void) -> c_int,
-    eq_open:
-        unsafe extern "C" fn(*mut FidFabric, *mut EqAttr, *mut *mut FidEq, *mut c_void) -> c_int,
-}
-
-#[repr(C)]
-struct FidDomain {
-    fid: Fid,
-    ops: *const OpsDomain,
-    mr: *const OpsMr,
-}
-
-#[repr(C)]
-struct OpsDomain {
-    size: usize,
-    av_open: Opaque,
-    cq_open:
-        unsafe extern "C" fn(*mut FidDomain, *mut CqAttr, *mut *mut FidCq, *mut c_void) -> c_int,
-    endpoint:
-        unsafe extern "C" fn(*mut FidDomain, *mut RawInfo, *mut *mut FidEp, *mut c_void) -> c_int,
-}
-
-#[repr(C)]
-struct OpsMr {
-    size: usize,
-    #[allow(clippy::type_complexity)]
-    reg: unsafe extern "C" fn(
-        *mut Fid,
-        *const c_void,
-        usize,
-        u64,
-        u64,
-        u64,
-        u64,
-        *mut *mut FidMr,
-        *mut c_void,
-    ) -> c_int,
-}
-
-#[repr(C)]
-struct FidMr {
-    fid: Fid,
-    mem_desc: *mut c_void,
-    key: u64,
-}
-
-#[repr(C)]
-struct FidEp {
-    fid: Fid,
-    ops: Opaque,
-    cm: *const OpsCm,
-    msg: Opaque,
-    rma: *const OpsRma,
-}
-
-/// `struct fid_pep`: its `cm` table sits where an active endpoint's does, which is what lets
-/// `fi_getname` take either.
-#[repr(C)]
-struct FidPep {
-    fid: Fid,
-    ops: Opaque,
-    cm: *const OpsCm,
-}
-
-#[repr(C)]
-struct OpsCm {
-    size: usize,
-    setname: Opaque,
-    getname: unsafe extern "C" fn(*mut Fid, *mut c_void, *mut usize) -> c_int,
-    getpeer: Opaque,
-    connect: unsafe extern "C" fn(*mut FidEp, *const c_void, *const c_void, usize) -> c_int,
-    listen: unsafe extern "C" fn(*mut FidPep) -> c_int,
-    accept: unsafe extern "C" fn(*mut FidEp, *const c_void, usize) -> c_int,
-    reject: unsafe extern "C" fn(*mut FidPep, *mut Fid, *const c_void, usize) -> c_int,
-}
-
-type RmaFn = unsafe extern "C" fn(
-    ep: *mut FidEp,
-    buf: *mut c_void,
-    len: usize,
-    desc: *mut c_void,
-    peer: u64,
-    addr: u64,
-    key: u64,
-    context: *mut c_void,
-) -> isize;
-
-#[repr(C)]
-struct OpsRma {
-    size: usize,
-    read: RmaFn,
-    readv: Opaque,
-    readmsg: Opaque,
-    write: Opaque,
-    writev: Opaque,
-    writemsg: unsafe extern "C" fn(*mut FidEp, *const MsgRma, u64) -> isize,
-}
-
-/// `struct fi_rma_iov`.
-#[repr(C)]
-struct RmaIov {
-    addr: u64,
-    len: usize,
-    key: u64,
-}
-
-/// `struct fi_msg_rma`.
-#[repr(C)]
-struct MsgRma {
-    msg_iov: *const libc::iovec,
-    desc: *mut *mut c_void,
-    iov_count: usize,
-    addr: u64,
-    rma_iov: *const RmaIov,
-    rma_iov_count: usize,
-    context: *mut c_void,
-    data: u64,
-}
-
-#[repr(C)]
-struct EqAttr {
-    size: usize,
-    flags: u64,
-    wait_obj: c_int,
-    signaling_vector: c_int,
-    wait_set: *mut c_void,
-}
-
-#[repr(C)]
-struct FidEq {
-    fid: Fid,
-    ops: *const OpsEq,
-}
-
-#[repr(C)]
-struct OpsEq {
-    size: usize,
-    read: Opaque,
-    readerr: unsafe extern "C" fn(*mut FidEq, *mut EqErrEntry, u64) -> isize,
-    write: Opaque,
-    sread: unsafe extern "C" fn(*mut FidEq, *mut u32, *mut c_void, usize, c_int, u64) -> isize,
-}
-
-#[repr(C)]
-struct EqErrEntry {
-    fid: *mut Fid,
-    context: *mut c_void,
-    data: u64,
-    err: c_int,
-    prov_errno: c_int,
-    err_data: *mut c_void,
-    err_data_size: usize,
-}
-
-#[repr(C)]
-struct CqAttr {
-    size: usize,
-    flags: u64,
-    format: c_int,
-    wait_obj: c_int,
-    signaling_vector: c_int,
-    wait_cond: c_int,
-    wait_set: *mut c_void,
-}
-
-#[repr(C)]
-struct FidCq {
-    fid: Fid,
-    ops: *const OpsCq,
-}
-
-#[repr(C)]
-struct OpsCq {
-    size: usize,
-    read: unsafe extern "C" fn(*mut FidCq, *mut c_void, usize) -> isize,
-    readfrom: Opaque,
-    readerr: unsafe extern "C" fn(*mut FidCq, *mut CqErrEntry, u64) -> isize,
-    sread: unsafe extern "C" fn(*mut FidCq, *mut c_void, usize, *const c_void, c_int) -> isize,
-}
-
-#[repr(C)]
-struct CqErrEntry {
-    op_context: *mut c_void,
-    flags: u64,
-    len: usize,
-    buf: *mut c_void,
-    data: u64,
-    tag: u64,
-    olen: usize,
-    err: c_int,
-    prov_errno: c_int,
-    err_data: *mut c_void,
-    err_data_size: usize,
-}
-
-// ---- constants -----------------------------------------------------------------------------
-
-const FI_READ: u64 = 1 << 8;
-const FI_WRITE: u64 = 1 << 9;
-const FI_RECV: u64 = 1 << 10;
-const FI_TRANSMIT: u64 = 1 << 11;
-const FI_REMOTE_READ: u64 = 1 << 12;
-const FI_REMOTE_WRITE: u64 = 1 << 13;
-const FI_COMPLETION: u64 = 1 << 24;
-const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
-const FI_ENABLE: c_int = 6;
-const FI_WAIT_UNSPEC: c_int = 1;
-const FI_CQ_FORMAT_CONTEXT: c_int = 1;
-const FI_CONNREQ: u32 = 1;
-const FI_CONNECTED: u32 = 2;
-const FI_SHUTDOWN: u32 = 3;
-pub(super) const FI_EAGAIN: c_int = libc::EAGAIN;
-const FI_EAVAIL: c_int = 259;
-/// Bytes of connection data a connect may carry here (every provider with FI_EP_MSG takes at
-/// least this many).
-pub const CM_DATA_MAX: usize = 56;
+use super::layout::*;
+use super::{load, Info, Libfabric};
 
 // ---- errors --------------------------------------------------------------------------------
 
@@ -299,7 +35,7 @@ fn lib() -> &'static Libfabric {
 }
 
 /// `Ok` for 0 (or any non-negative count), else the error of `call`.
-fn check(call: &'static str, rc: isize) -> Result<usize, FabricError> {
+pub(super) fn check(call: &'static str, rc: isize) -> Result<usize, FabricError> {
     if rc >= 0 {
         return Ok(rc as usize);
     }
@@ -311,7 +47,7 @@ fn check(call: &'static str, rc: isize) -> Result<usize, FabricError> {
     })
 }
 
-fn fail(call: &'static str, code: c_int, message: String) -> FabricError {
+pub(super) fn fail(call: &'static str, code: c_int, message: String) -> FabricError {
     FabricError {
         call,
         code,
@@ -350,8 +86,8 @@ unsafe fn close(fid: *mut Fid) {
 /// Page-aligned anonymous memory for registration: a server's page pool, a channel's buffer.
 #[derive(Debug)]
 pub struct Memory {
-    ptr: *mut u8,
-    len: usize,
+    pub(super) ptr: *mut u8,
+    pub(super) len: usize,
 }
 
 // SAFETY: a plain mapping owned by this value; the bytes are reached only through the methods
@@ -584,7 +320,7 @@ impl MemoryRegion {
         unsafe { (*self.raw).key }
     }
 
-    fn desc(&self) -> *mut c_void {
+    pub(super) fn desc(&self) -> *mut c_void {
         // SAFETY: a live region; `mem_desc` is a plain field (fi_mr_desc).
         unsafe { (*self.raw).mem_desc }
     }
@@ -782,7 +518,7 @@ impl CompletionQueue {
     }
 
     /// Reaps finished operations without blocking: how many.
-    fn poll(&self) -> Result<usize, FabricError> {
+    pub(super) fn poll(&self) -> Result<usize, FabricError> {
         let mut entries = [std::ptr::null_mut::<c_void>(); 16];
         // SAFETY: a live queue and room for 16 context-format entries.
         let n = unsafe { ((*(*self.raw).ops).read)(self.raw, entries.as_mut_ptr().cast(), 16) };
@@ -851,7 +587,7 @@ impl Drop for CompletionQueue {
 
 /// A connected (or connecting) endpoint.
 pub struct Endpoint {
-    raw: *mut FidEp,
+    pub(super) raw: *mut FidEp,
     _eq: Arc<EventQueue>,
     _cq: Arc<CompletionQueue>,
     _domain: Arc<Domain>,
@@ -1073,203 +809,6 @@ impl Drop for PassiveEndpoint {
     }
 }
 
-// ---- channels: an endpoint with its own registered buffer ----------------------------------
-
-/// One one-sided operation of a transfer: `len` bytes between `offset` in the channel's buffer
-/// and `addr` in the peer's region with `key`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rma {
-    pub write: bool,
-    pub offset: usize,
-    pub len: usize,
-    pub addr: u64,
-    pub key: u64,
-}
-
-/// A connected endpoint, its completion queue and its registered buffer.
-pub struct Channel {
-    // Field order is drop order: the endpoint (cancelling anything posted) before the region
-    // and the memory it points into.
-    ep: Endpoint,
-    cq: Arc<CompletionQueue>,
-    eq: Arc<EventQueue>,
-    region: Option<MemoryRegion>,
-    buffer: Arc<Memory>,
-    /// Most operations the endpoint takes at once.
-    depth: usize,
-    /// Longest a transfer waits for its completions before the peer is declared gone.
-    timeout: Duration,
-}
-
-impl Channel {
-    /// Connects a new endpoint to `info`'s destination, sending `data` with the request, with
-    /// a buffer of `buffer_len` bytes (registered when `register`, i.e. `FI_MR_LOCAL`).
-    pub fn connect(
-        domain: &Arc<Domain>,
-        info: &Info,
-        data: &[u8],
-        buffer_len: usize,
-        register: bool,
-        key: u64,
-    ) -> Result<Channel, FabricError> {
-        let eq = EventQueue::open(domain.fabric())?;
-        let depth = info.tx_size().clamp(1, 256);
-        let cq = CompletionQueue::open(domain, depth * 2)?;
-        let ep = Endpoint::open(domain, info, &eq, &cq)?;
-        let buffer = Arc::new(
-            Memory::new(buffer_len)
-                .map_err(|e| fail("mmap", e.raw_os_error().unwrap_or(0), e.to_string()))?,
-        );
-        let region = if register {
-            Some(MemoryRegion::register(
-                domain,
-                &buffer,
-                0,
-                buffer.len(),
-                Access::Local,
-                key,
-            )?)
-        } else {
-            None
-        };
-        ep.connect(info, &eq, data, Duration::from_secs(10))?;
-        Ok(Channel {
-            ep,
-            cq,
-            eq,
-            region,
-            buffer,
-            depth,
-            timeout: Duration::from_secs(30),
-        })
-    }
-
-    /// The channel's buffer, for filling before writes and reading after reads.
-    pub fn buffer(&mut self) -> &mut [u8] {
-        // SAFETY: no transfer is in flight outside `transfer` (which holds `&mut self`), so
-        // nothing else touches these bytes while the slice lives.
-        unsafe { std::slice::from_raw_parts_mut(self.buffer.ptr, self.buffer.len) }
-    }
-
-    /// Posts `ops` (at most the endpoint's depth in flight) and returns once all of them have
-    /// completed. An error leaves the channel unusable: drop it (that closes the endpoint,
-    /// cancelling what is still posted, before the buffer goes).
-    pub fn transfer(&mut self, ops: &[Rma]) -> Result<(), FabricError> {
-        let desc = self
-            .region
-            .as_ref()
-            .map_or(std::ptr::null_mut(), |r| r.desc());
-        let (mut posted, mut done) = (0usize, 0usize);
-        let mut last_progress = Instant::now();
-        while done < ops.len() {
-            while posted < ops.len() && posted - done < self.depth {
-                let op = ops[posted];
-                assert!(
-                    op.offset + op.len <= self.buffer.len,
-                    "transfer outside the buffer"
-                );
-                // SAFETY: a live, connected endpoint (rma table checked at open); the range is
-                // inside the buffer (asserted), which stays untouched by anything else until
-                // every posted operation has completed or the endpoint is closed (see type).
-                // The message structures are read during the call only.
-                let rc = unsafe {
-                    let rma = &*(*self.ep.raw).rma;
-                    let buf = self.buffer.ptr.add(op.offset).cast();
-                    if op.write {
-                        // A write counts as done only once the bytes are in the peer's memory
-                        // (FI_DELIVERY_COMPLETE): by default it completes when sent, and a
-                        // read on another endpoint could then still see the old page.
-                        let iov = libc::iovec {
-                            iov_base: buf,
-                            iov_len: op.len,
-                        };
-                        let mut d = desc;
-                        let remote = RmaIov {
-                            addr: op.addr,
-                            len: op.len,
-                            key: op.key,
-                        };
-                        let msg = MsgRma {
-                            msg_iov: &iov,
-                            desc: &mut d,
-                            iov_count: 1,
-                            addr: 0,
-                            rma_iov: &remote,
-                            rma_iov_count: 1,
-                            context: std::ptr::null_mut(),
-                            data: 0,
-                        };
-                        (rma.writemsg)(self.ep.raw, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
-                    } else {
-                        (rma.read)(
-                            self.ep.raw,
-                            buf,
-                            op.len,
-                            desc,
-                            0,
-                            op.addr,
-                            op.key,
-                            std::ptr::null_mut(),
-                        )
-                    }
-                };
-                if rc == -(FI_EAGAIN as isize) {
-                    break; // the queue is full: reap first
-                }
-                check(if op.write { "fi_write" } else { "fi_read" }, rc)?;
-                posted += 1;
-            }
-            // The faulting thread waits on this: spin while the governor allows, then block.
-            let mut got = self.cq.poll()?;
-            if got == 0 {
-                let mut err = None;
-                crate::spin::spin_until(|| match self.cq.poll() {
-                    Ok(0) => false,
-                    Ok(n) => {
-                        got = n;
-                        true
-                    }
-                    Err(e) => {
-                        err = Some(e);
-                        true
-                    }
-                });
-                if let Some(e) = err {
-                    return Err(e);
-                }
-            }
-            if got == 0 {
-                got = self.cq.wait(Duration::from_millis(100))?;
-            }
-            if got > 0 {
-                done += got;
-                last_progress = Instant::now();
-            } else if last_progress.elapsed() > self.timeout {
-                return Err(fail(
-                    "one-sided transfer",
-                    libc::ETIMEDOUT,
-                    format!("no completion in {} s", self.timeout.as_secs()),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Keeps the event queue alive as long as the endpoint bound to it.
-    pub fn event_queue(&self) -> &Arc<EventQueue> {
-        &self.eq
-    }
-}
-
-impl std::fmt::Debug for Channel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Channel")
-            .field("depth", &self.depth)
-            .field("buffer", &self.buffer.len)
-            .finish()
-    }
-}
-
 /// Objects print as their type and address: what there is to tell about an opaque handle.
 macro_rules! debug_by_address {
     ($($t:ty),*) => {$(
@@ -1289,85 +828,3 @@ debug_by_address!(
     Endpoint,
     PassiveEndpoint
 );
-
-// ---- fi_info construction ------------------------------------------------------------------
-
-/// The mr_mode bits this code honours: local registration, virtual addresses, allocated
-/// memory, provider keys. (`FI_MR_ENDPOINT`, binding regions to endpoints, is not done.)
-pub const MR_MODES: c_int = (1 << 2) | (1 << 4) | (1 << 5) | (1 << 6);
-/// `FI_MR_LOCAL`, `FI_MR_VIRT_ADDR`, `FI_MR_PROV_KEY`.
-pub const FI_MR_LOCAL: c_int = 1 << 2;
-pub const FI_MR_VIRT_ADDR: c_int = 1 << 4;
-pub const FI_MR_PROV_KEY: c_int = 1 << 6;
-
-/// `fi_getinfo`'s answer for one-sided reads and writes over connected endpoints.
-///
-/// # Safety
-/// Internal: called with libfabric loaded.
-pub(super) unsafe fn rma_info(
-    lib: &Libfabric,
-    node: Option<&str>,
-    service: Option<&str>,
-    source: bool,
-    provider: Option<&str>,
-) -> Result<Info, FabricError> {
-    const FI_THREAD_SAFE: c_int = 1;
-    let node = node.map(|s| CString::new(s).unwrap());
-    let service = service.map(|s| CString::new(s).unwrap());
-    // Providers that cannot complete writes on delivery (see `Channel::transfer`) are skipped.
-    {
-        // SAFETY: fi_dupinfo(NULL) allocates a zeroed info with its attribute structures.
-        let hints = unsafe { (lib.dupinfo)(std::ptr::null()) };
-        if hints.is_null() {
-            return Err(fail("fi_allocinfo", libc::ENOMEM, "out of memory".into()));
-        }
-        // SAFETY: hints and its attributes are live allocations of fi_allocinfo; the provider
-        // name is malloc'd (strdup) because fi_freeinfo frees it.
-        unsafe {
-            (*hints).caps = super::FI_MSG
-                | super::FI_RMA
-                | FI_READ
-                | FI_WRITE
-                | FI_REMOTE_READ
-                | FI_REMOTE_WRITE;
-            (*(*hints).ep_attr).ep_type = super::EpType::Msg as c_int;
-            (*(*hints).domain_attr).mr_mode = MR_MODES;
-            (*(*hints).domain_attr).threading = FI_THREAD_SAFE;
-            (*(*hints).tx_attr).op_flags = FI_DELIVERY_COMPLETE;
-            if let Some(p) = provider {
-                let p = CString::new(p).unwrap();
-                (*(*hints).fabric_attr).prov_name = libc::strdup(p.as_ptr());
-            }
-        }
-        let mut list: *mut RawInfo = std::ptr::null_mut();
-        // SAFETY: valid hints and strings (or NULL), a place for the result.
-        let rc = unsafe {
-            (lib.getinfo)(
-                super::API_VERSION,
-                node.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
-                service.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
-                if source { 1 << 57 } else { 0 },
-                hints,
-                &mut list,
-            )
-        };
-        // SAFETY: ours from fi_dupinfo, not used after.
-        unsafe { (lib.freeinfo)(hints) };
-        check("fi_getinfo", rc as isize)?;
-        // SAFETY: a list fi_getinfo returned, now owned by the Info.
-        Ok(unsafe { Info::from_raw(list) })
-    }
-}
-
-/// Reads a C string of an info for messages.
-pub(super) fn prov_name(info: *const RawInfo) -> String {
-    // SAFETY: a live info whose fabric_attr is NULL or live.
-    unsafe {
-        (*info)
-            .fabric_attr
-            .as_ref()
-            .map_or(String::new(), |f: &FabricAttr| {
-                text(f.prov_name as *const c_char)
-            })
-    }
-}
