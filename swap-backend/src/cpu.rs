@@ -6,12 +6,21 @@ use std::time::Duration;
 
 /// CPU time the calling thread has used so far.
 pub fn thread_cpu_time() -> Duration {
+    clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time all threads of this process have used so far.
+pub fn process_cpu_time() -> Duration {
+    clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn clock(id: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: writes one timespec into a local.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
     if rc != 0 {
         return Duration::ZERO;
     }
@@ -47,6 +56,7 @@ mod tests {
         }
         assert!(x > 0);
         assert!(thread_cpu_time() > before);
+        assert!(process_cpu_time() >= thread_cpu_time());
         assert!(cpu_time_of(gettid()).unwrap() > Duration::ZERO);
     }
 }

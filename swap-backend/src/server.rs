@@ -66,6 +66,12 @@ pub struct ServerHandle {
     addr: SocketAddr,
     shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The thread that started the server, with its and the process's CPU time then.
+    started_by: (
+        std::thread::ThreadId,
+        std::time::Duration,
+        std::time::Duration,
+    ),
 }
 
 impl ServerHandle {
@@ -78,9 +84,17 @@ impl ServerHandle {
         self.shared.used_pages.load(Ordering::Relaxed)
     }
 
-    /// CPU time the connection threads that have closed used serving their clients, and the
-    /// one-sided listener's threads so far.
+    /// CPU time the server has used. Asked by the thread that started it (`memliner run`'s
+    /// embedded server, in a process that does nothing else meanwhile): everything the process
+    /// ran outside that thread since, libfabric's own threads included. Asked by another
+    /// thread: what the connection threads that have closed used, and the one-sided
+    /// listener's threads.
     pub fn cpu_time(&self) -> std::time::Duration {
+        let (by, thread0, process0) = self.started_by;
+        if std::thread::current().id() == by {
+            let process = crate::cpu::process_cpu_time().saturating_sub(process0);
+            return process.saturating_sub(crate::cpu::thread_cpu_time().saturating_sub(thread0));
+        }
         std::time::Duration::from_nanos(self.shared.cpu_ns.load(Ordering::Relaxed))
             + self
                 .shared
@@ -135,6 +149,11 @@ impl ServerHandle {
 
 /// Binds `listen` and serves in background threads.
 pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle> {
+    let started_by = (
+        std::thread::current().id(),
+        crate::cpu::thread_cpu_time(),
+        crate::cpu::process_cpu_time(),
+    );
     let listener = TcpListener::bind(listen)?;
     let addr = listener.local_addr()?;
     let capacity_pages = config.capacity_bytes / PAGE_SIZE as u64;
@@ -168,6 +187,7 @@ pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle
         addr,
         shared,
         thread: Some(thread),
+        started_by,
     })
 }
 
