@@ -122,10 +122,13 @@ fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let namespace = format!("{}/{}/{started:x}", host.trim(), std::process::id());
+    let token =
+        swap_backend::auth::load_token(options.token_file.as_deref().map(std::path::Path::new))?
+            .unwrap_or_default();
     let mut stores: Vec<Box<dyn PageStore>> = Vec::new();
     for s in &options.servers {
         let tcp = ClientOptions {
-            token: options.token.clone(),
+            token: token.clone(),
             namespace: namespace.clone(),
             connections: demand_connections(options),
         };

@@ -16,7 +16,7 @@
 //! | `stats`    | file to write the stats JSON to at VM death (and on SIGQUIT) | none |
 //! | `log`      | `error`, `warn`, `info`, `debug`          | `warn` |
 //! | `handlers` | fault-handler threads, 1..=16             | `1` |
-//! | `token`    | shared secret of the memory server        | none |
+//! | `token_file` | file holding the memory servers' shared secret (else `MEMLINER_TOKEN` in the environment); never the secret itself, which the JVM's command line would show every user | none |
 //! | `dirty`    | `track` (write-protect pages mapped on a read; clean pages are dropped without a write-back), `auto` (track per thread class while it pays: see `policy::WriteRatio`; `memliner` only, `baseline` treats it as `track`) or `assume` (no write faults; every evicted page is written back) | `auto` |
 //! | `reclaim`  | `fifo` (evict in arrival order, second chance for faulted pages) or `clock` (the reclaimer unmaps pages but keeps their bytes to see which are used before evicting them) | `fifo` |
 //! | `faults`   | `signal` (the faulting thread serves its own fault from a SIGBUS handler: no thread wakes) or `thread` (fault-handler threads read userfaultfd events and wake the faulting thread; for programs whose system calls read paged-out heap memory from kernel mode) | `signal` |
@@ -138,7 +138,8 @@ pub struct Options {
     pub stats: Option<String>,
     pub log: LogLevel,
     pub handlers: usize,
-    pub token: String,
+    /// Where the servers' token is (`None`: `MEMLINER_TOKEN`, if set).
+    pub token_file: Option<String>,
     pub dirty: Dirty,
     /// Largest prefetch window in pages (0: off).
     pub prefetch: usize,
@@ -162,7 +163,7 @@ impl Default for Options {
             stats: None,
             log: LogLevel::Warn,
             handlers: 1,
-            token: String::new(),
+            token_file: None,
             dirty: Dirty::Auto,
             prefetch: 32,
             streams: Streams::Thread,
@@ -180,7 +181,7 @@ impl Default for Options {
 }
 
 const KEYS: &str =
-    "server, local, policy, prefetch, streams, stats, log, handlers, token, dirty, reclaim, probe, faults, latency";
+    "server, local, policy, prefetch, streams, stats, log, handlers, token_file, dirty, reclaim, probe, faults, latency";
 
 /// Parses `env` (from `MEMLINER_OPTIONS`, may be empty) then `agent` (the -agentpath string).
 pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
@@ -298,7 +299,13 @@ impl Options {
                     .filter(|n| (1..=16).contains(n))
                     .ok_or_else(|| bad("expected a number of threads from 1 to 16".into()))?
             }
-            "token" => self.token = text("the token")?,
+            "token" => {
+                return Err(
+                    // The value is a secret: never echoed.
+                    "bad value for 'token': a secret in -agentpath is readable by every user in /proc/PID/cmdline; give token_file=PATH, or set MEMLINER_TOKEN".into(),
+                );
+            }
+            "token_file" => self.token_file = Some(text("a file path")?),
             "dirty" => self.dirty = choose(value, &DIRTY).map_err(bad)?,
             "reclaim" => self.reclaim = choose(value, &RECLAIM).map_err(bad)?,
             "probe" => {
@@ -355,8 +362,8 @@ impl Options {
         if self.handlers != d.handlers {
             put("handlers", self.handlers.to_string());
         }
-        if !self.token.is_empty() {
-            put("token", self.token.clone());
+        if let Some(f) = &self.token_file {
+            put("token_file", f.clone());
         }
         if self.dirty != d.dirty {
             put("dirty", name_of(self.dirty, &DIRTY).into());
@@ -386,7 +393,7 @@ mod tests {
         assert_eq!(parse("", "").unwrap(), Options::default());
         let o = parse(
             "",
-            "server=127.0.0.1:7070+mem2:7071,local=25%,policy=baseline,stats=/tmp/s.json,log=debug,handlers=2,token=t",
+            "server=127.0.0.1:7070+mem2:7071,local=25%,policy=baseline,stats=/tmp/s.json,log=debug,handlers=2,token_file=/etc/memliner/token",
         )
         .unwrap();
         let servers: Vec<String> = o.servers.iter().map(ToString::to_string).collect();
@@ -395,7 +402,12 @@ mod tests {
         assert_eq!(o.stats.as_deref(), Some("/tmp/s.json"));
         assert_eq!(o.log, LogLevel::Debug);
         assert_eq!(o.handlers, 2);
-        assert_eq!(o.token, "t");
+        assert_eq!(o.token_file.as_deref(), Some("/etc/memliner/token"));
+        let err = parse("", "token=s3cret").unwrap_err();
+        assert!(
+            err.contains("token_file=PATH") && !err.contains("s3cret"),
+            "{err}"
+        );
         assert_eq!(o.policy, Policy::Baseline);
         let o = parse("", "policy=memliner,prefetch=0,streams=class").unwrap();
         assert_eq!(
@@ -464,7 +476,7 @@ mod tests {
             "server=local",
             "server=tcp://127.0.0.1:7070+mem2:7071,local=25%,policy=baseline",
             "local=12.5%,prefetch=0,streams=class,stats=/tmp/s.json,log=debug,handlers=4",
-            "local=512m,token=t0k,dirty=assume,reclaim=clock,probe=0,faults=thread",
+            "local=512m,token_file=/tmp/t,dirty=assume,reclaim=clock,probe=0,faults=thread",
             "server=local,latency=3us",
             "server=[::1]:9,dirty=track,policy=off",
         ];

@@ -49,8 +49,11 @@ enum Cmd {
         /// Fault-handler threads (1-16).
         #[arg(long)]
         handlers: Option<usize>,
-        /// Token of the memory server.
-        #[arg(long)]
+        /// File holding the memory server's token (else MEMLINER_TOKEN, which the JVM inherits).
+        #[arg(long, value_name = "PATH")]
+        token_file: Option<PathBuf>,
+        /// Refused: a token on the command line is readable by every user (/proc/PID/cmdline).
+        #[arg(long, hide = true)]
         token: Option<String>,
         /// Dirty tracking: auto (memliner: per thread class, while it pays), track (clean
         /// pages drop without write-back) or assume (no write faults; every evicted page is
@@ -101,10 +104,21 @@ enum Cmd {
         /// Bytes of page storage for all clients together (512m, 8g).
         #[arg(long, default_value = "8g")]
         capacity: String,
-        /// Require clients to present this token (also read from MEMLINER_TOKEN).
-        #[arg(long, env = "MEMLINER_TOKEN")]
+        /// Require clients to present the token in this file (else MEMLINER_TOKEN, if set); a
+        /// listener other than loopback needs one.
+        #[arg(long, value_name = "PATH")]
+        token_file: Option<PathBuf>,
+        /// Refused: a token on the command line is readable by every user (/proc/PID/cmdline).
+        #[arg(long, hide = true)]
         token: Option<String>,
-        /// Log every connection.
+        /// How long a client's pages wait for it to reconnect after its last connection closed
+        /// (30s, 5m; 0: freed at once).
+        #[arg(long, value_name = "DURATION", default_value = "30s")]
+        grace: String,
+        /// Most one client may hold (512m, 4g); default: only --capacity bounds it.
+        #[arg(long, value_name = "SIZE")]
+        quota: Option<String>,
+        /// Log every attach, detach and refusal, with the namespace and the peer's address.
         #[arg(long, short)]
         verbose: bool,
         /// Emulated latency: each reply leaves no sooner than this after its request arrived
@@ -214,6 +228,7 @@ fn main() -> ExitCode {
             stats,
             log,
             handlers,
+            token_file,
             token,
             dirty,
             reclaim,
@@ -225,6 +240,9 @@ fn main() -> ExitCode {
             quiet,
             command,
         } => {
+            if token.is_some() {
+                return fail("--token: a token on the command line is readable by every user (/proc/PID/cmdline), the JVM's too; put it in a file for --token-file, or in MEMLINER_TOKEN");
+            }
             if server.is_some() && transport != Transport::Tcp {
                 return fail("--transport is for the embedded server: give the server's URL (fabric://HOST:PORT) to --server instead");
             }
@@ -236,7 +254,7 @@ fn main() -> ExitCode {
                 stats,
                 log,
                 handlers,
-                token,
+                token_file,
                 dirty,
                 prefetch,
                 streams,
@@ -269,10 +287,30 @@ fn main() -> ExitCode {
         Cmd::Server {
             listen,
             capacity,
+            token_file,
             token,
+            grace,
+            quota,
             verbose,
             emulate_latency,
         } => {
+            if token.is_some() {
+                return fail("--token: a token on the command line of a long-lived process is readable by every user (/proc/PID/cmdline); put it in a file for --token-file, or in MEMLINER_TOKEN");
+            }
+            let token = match swap_backend::auth::load_token(token_file.as_deref()) {
+                Ok(t) => t,
+                Err(e) => return fail(format!("--token-file: {e}")),
+            };
+            let grace = match swap_backend::units::parse_duration(&grace) {
+                Ok(d) => d,
+                Err(e) => return fail(format!("--grace: {e}")),
+            };
+            let quota_pages = match quota.as_deref().map(swap_backend::units::parse_size) {
+                None => None,
+                Some(Ok(b)) if b >= 4096 => Some(b / 4096),
+                Some(Ok(_)) => return fail("--quota must be at least one page (4096)"),
+                Some(Err(e)) => return fail(format!("--quota: {e}")),
+            };
             let latency = match emulate_latency
                 .as_deref()
                 .map(swap_backend::units::parse_duration)
@@ -287,12 +325,19 @@ fn main() -> ExitCode {
                 Err(e) => return fail(format!("--capacity: {e}")),
             };
             let listen = listen.0;
+            if token.is_none() && !listen.is_loopback() {
+                return fail(format!(
+                    "{listen} is not a loopback address: a server other machines can reach needs a token (--token-file PATH, or MEMLINER_TOKEN)"
+                ));
+            }
             let cfg = swap_backend::server::ServerConfig {
                 capacity_bytes,
                 token,
                 verbose,
                 latency,
                 fabric: listen.scheme == swap_backend::Scheme::Fabric,
+                grace,
+                quota_pages,
             };
             match swap_backend::server::spawn(&listen.authority(), cfg) {
                 Ok(h) => {

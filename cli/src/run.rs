@@ -22,7 +22,9 @@ pub struct RunConfig {
     pub stats: Option<PathBuf>,
     pub log: Option<String>,
     pub handlers: Option<usize>,
-    pub token: Option<String>,
+    /// File holding the memory server's token (`token_file=`); without it the JVM inherits
+    /// `MEMLINER_TOKEN`, if set.
+    pub token_file: Option<PathBuf>,
     /// `dirty=` value: `auto`, `track` or `assume`.
     pub dirty: Option<String>,
     /// `prefetch=` value: largest window in pages, 0 = off.
@@ -65,7 +67,7 @@ impl Default for RunConfig {
             stats: None,
             log: None,
             handlers: None,
-            token: None,
+            token_file: None,
             dirty: None,
             prefetch: None,
             streams: None,
@@ -172,7 +174,10 @@ pub fn agent_options(
         ("policy", Some(cfg.policy.as_str())),
         ("stats", Some(stats.as_str())),
         ("log", cfg.log.as_deref()),
-        ("token", cfg.token.as_deref()),
+        (
+            "token_file",
+            cfg.token_file.as_deref().and_then(|p| p.to_str()),
+        ),
         ("dirty", cfg.dirty.as_deref()),
         ("streams", cfg.streams.as_deref()),
         ("reclaim", cfg.reclaim.as_deref()),
@@ -231,6 +236,8 @@ pub fn embedded_server(transport: Transport) -> Result<ServerHandle, String> {
             verbose: false,
             latency: None,
             fabric: transport == Transport::Fabric,
+            grace: std::time::Duration::ZERO,
+            quota_pages: None,
         },
     )
     .map_err(|e| format!("cannot start the embedded memory server: {e}"))

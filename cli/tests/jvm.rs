@@ -481,6 +481,8 @@ fn doctor_checks_the_machine_the_jdk_and_the_servers() {
             verbose: false,
             latency: None,
             fabric,
+            grace: std::time::Duration::ZERO,
+            quota_pages: None,
         },
     )
     .unwrap();
@@ -615,6 +617,27 @@ fn servers_listen_and_are_reached_at_urls() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("unknown scheme 'udp://'"), "{err}");
+    // A listener others can reach needs a token, and never on the command line.
+    let out = memliner()
+        .args(["server", "--listen", "tcp://0.0.0.0:0"])
+        .env_remove("MEMLINER_TOKEN")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("not a loopback address") && err.contains("--token-file"),
+        "{err}"
+    );
+    for cmd in [
+        &["server", "--token", "s3cret"][..],
+        &["run", "--token", "s3cret", "--", "java"],
+    ] {
+        let out = memliner().args(cmd).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{cmd:?}");
+        assert!(err.contains("/proc/PID/cmdline"), "{cmd:?}: {err}");
+    }
     let out = memliner()
         .args([
             "run",
@@ -727,6 +750,7 @@ fn bad_agent_options_fail_with_one_clear_line() {
         ("local=lots", "bad value for 'local': 'lots'"),
         ("policy=fast", "expected one of memliner, baseline, off"),
         ("server=nohost", "HOST:PORT"),
+        ("token=s3cret", "token_file=PATH"),
     ] {
         let out = java_with_agent(opts);
         let err = String::from_utf8_lossy(&out.stderr);

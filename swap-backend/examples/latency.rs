@@ -12,6 +12,8 @@ fn main() {
             verbose: false,
             latency: None,
             fabric: false,
+            grace: std::time::Duration::ZERO,
+            quota_pages: None,
         },
     )
     .unwrap();

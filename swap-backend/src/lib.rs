@@ -6,6 +6,7 @@
 #![deny(missing_debug_implementations)]
 #![warn(unsafe_code)]
 
+pub mod auth;
 pub mod conformance;
 pub mod cpu;
 pub mod fabric;

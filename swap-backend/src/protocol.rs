@@ -15,7 +15,7 @@
 //!
 //! | op          | request payload                         | reply (op)                    |
 //! |-------------|-----------------------------------------|-------------------------------|
-//! | `Hello`     | u16 len + token, u16 len + namespace, optional u8 [`Lane`] | `HelloOk`: u32 page size, u64 capacity pages |
+//! | `Hello`     | u16 len + token, u16 len + namespace, optional u8 [`Lane`], optional 16-byte session key | `HelloOk`: u32 page size, u64 capacity pages, 16-byte session key |
 //! | `Read`      | u32 count, count x u64 page id          | `ReadOk`: count x PAGE_SIZE bytes |
 //! | `Write`     | u32 count, count x u64 page id, data    | `WriteOk`: empty              |
 //! | `Free`      | u32 count, count x u64 page id          | `FreeOk`: empty               |
@@ -30,6 +30,8 @@
 
 use std::borrow::Cow;
 use std::io::{self, Read, Write};
+
+pub use crate::auth::SessionKey;
 
 /// Size of one heap page on the wire.
 pub const PAGE_SIZE: usize = 4096;
@@ -103,6 +105,10 @@ pub mod code {
     pub const NOT_FOUND: u16 = 3;
     /// The request was well framed but made no sense (bad count, request before hello).
     pub const BAD_REQUEST: u16 = 4;
+    /// The namespace's quota is used up.
+    pub const QUOTA: u16 = 5;
+    /// The namespace belongs to another client (no or a wrong session key), or is gone.
+    pub const SESSION: u16 = 6;
 }
 
 /// A decoded frame header.
@@ -323,12 +329,14 @@ impl ServerStats {
     }
 }
 
-/// A client's first frame: its token, its namespace and the lane the connection serves.
+/// A client's first frame: its token, its namespace, the lane the connection serves, and the
+/// namespace's session key when the client holds one (its later connections, a reconnect).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
     pub token: String,
     pub namespace: String,
     pub lane: Lane,
+    pub key: Option<SessionKey>,
 }
 
 impl Hello {
@@ -337,6 +345,9 @@ impl Hello {
         encode_str(&mut v, &self.token);
         encode_str(&mut v, &self.namespace);
         v.push(self.lane as u8);
+        if let Some(k) = &self.key {
+            v.extend_from_slice(&k.0);
+        }
         v
     }
 
@@ -344,36 +355,52 @@ impl Hello {
         let (token, rest) = decode_str(p)?;
         let (namespace, rest) = decode_str(rest)?;
         let lane = Lane::decode(rest)?;
+        let key = match rest.get(1..) {
+            None | Some([]) => None,
+            Some(k) => Some(SessionKey(k.try_into().map_err(|_| {
+                format!("hello's session key has {} bytes, not 16", k.len())
+            })?)),
+        };
         Ok(Hello {
             token,
             namespace,
             lane,
+            key,
         })
     }
 }
 
-/// The server's answer to a hello: its page size and its capacity.
+/// The server's answer to a hello: its page size, its capacity, and the namespace's session
+/// key (absent from servers before keys).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HelloOk {
     pub page_size: u32,
     pub capacity_pages: u64,
+    pub key: Option<SessionKey>,
 }
 
 impl HelloOk {
-    pub fn encode(&self) -> [u8; 12] {
-        let mut b = [0u8; 12];
-        b[0..4].copy_from_slice(&self.page_size.to_le_bytes());
-        b[4..12].copy_from_slice(&self.capacity_pages.to_le_bytes());
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(28);
+        b.extend_from_slice(&self.page_size.to_le_bytes());
+        b.extend_from_slice(&self.capacity_pages.to_le_bytes());
+        if let Some(k) = &self.key {
+            b.extend_from_slice(&k.0);
+        }
         b
     }
 
     pub fn decode(p: &[u8]) -> Result<HelloOk, String> {
-        if p.len() < 12 {
-            return Err(format!("hello reply of {} bytes, expected 12", p.len()));
+        if p.len() != 12 && p.len() != 28 {
+            return Err(format!(
+                "hello reply of {} bytes, expected 12 or 28",
+                p.len()
+            ));
         }
         Ok(HelloOk {
             page_size: u32::from_le_bytes(p[0..4].try_into().unwrap()),
             capacity_pages: u64::from_le_bytes(p[4..12].try_into().unwrap()),
+            key: p.get(12..28).map(|k| SessionKey(k.try_into().unwrap())),
         })
     }
 }
@@ -747,6 +774,13 @@ mod tests {
                 token: "t".into(),
                 namespace: "host/1/ab".into(),
                 lane: Lane::Reclaim,
+                key: None,
+            }),
+            Request::Hello(Hello {
+                token: String::new(),
+                namespace: "n".into(),
+                lane: Lane::Demand,
+                key: Some(SessionKey([7; 16])),
             }),
             Request::Read {
                 ids: vec![1, 2].into(),
@@ -774,6 +808,12 @@ mod tests {
             Reply::HelloOk(HelloOk {
                 page_size: 4096,
                 capacity_pages: 9,
+                key: Some(SessionKey([3; 16])),
+            }),
+            Reply::HelloOk(HelloOk {
+                page_size: 4096,
+                capacity_pages: 9,
+                key: None,
             }),
             Reply::ReadOk(&page),
             Reply::WriteOk,
@@ -826,6 +866,23 @@ mod tests {
             .contains("not a reply"));
         assert!(Reply::decode(Op::HelloOk, &[0; 4]).is_err());
         assert!(Hello::decode(&[5, 0, b'a']).is_err());
+        // Keys print as "SessionKey(..)": compare them directly.
+        let with_key = Hello {
+            token: "t".into(),
+            namespace: "n".into(),
+            lane: Lane::Prefetch,
+            key: Some(SessionKey([5; 16])),
+        };
+        assert_eq!(Hello::decode(&with_key.encode()).unwrap(), with_key);
+        let ok = HelloOk {
+            page_size: 4096,
+            capacity_pages: 1,
+            key: Some(SessionKey([6; 16])),
+        };
+        assert_eq!(HelloOk::decode(&ok.encode()).unwrap(), ok);
+        assert!(Hello::decode(&[0, 0, 0, 0, 0, 1, 2, 3])
+            .unwrap_err()
+            .contains("not 16"));
         assert!(Request::decode(Op::Alloc, &[1, 0, 0, 0, 0, 0, 0, 0])
             .unwrap_err()
             .contains("need <= want"));

@@ -12,6 +12,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::auth::{same_secret, SessionKey};
 use crate::fabric::Target;
 use crate::protocol::{self, code, read_frame, FrameError, HelloOk, Reply, Request, PAGE_SIZE};
 
@@ -29,12 +30,38 @@ pub struct ServerConfig {
     /// Also serve one-sided clients (`fabric://`): register the page pool with libfabric and
     /// listen for their data endpoints.
     pub fabric: bool,
+    /// How long a namespace whose last connection closed waits for its owner to reconnect
+    /// (with its session key) before its pages are freed; zero frees them at once.
+    pub grace: std::time::Duration,
+    /// Most pages one namespace may hold; `None`: only the capacity bounds it.
+    pub quota_pages: Option<u64>,
 }
 
-#[derive(Default)]
+impl ServerConfig {
+    /// `capacity_bytes` for every client together, no token, quiet, no emulated latency, TCP
+    /// only, pages freed as soon as their owner disconnects, no per-client quota.
+    pub fn with_capacity(capacity_bytes: u64) -> ServerConfig {
+        ServerConfig {
+            capacity_bytes,
+            token: None,
+            verbose: false,
+            latency: None,
+            fabric: false,
+            grace: std::time::Duration::ZERO,
+            quota_pages: None,
+        }
+    }
+}
+
 struct Namespace {
+    /// Presented by every later hello that attaches here.
+    key: SessionKey,
     pages: Mutex<HashMap<u64, Box<[u8]>>>,
     connections: AtomicU64,
+    /// Pages this namespace holds (its own and its one-sided slots), for the quota.
+    held: AtomicU64,
+    /// When its last connection closed, while it waits out the grace period.
+    detached: Mutex<Option<std::time::Instant>>,
 }
 
 struct Shared {
@@ -105,13 +132,17 @@ impl ServerHandle {
 
     /// Waits until no client is connected, at most `timeout`; `true` if none is.
     pub fn wait_idle(&self, timeout: std::time::Duration) -> bool {
+        let busy = |a: &HashMap<String, Arc<Namespace>>| {
+            a.values()
+                .any(|ns| ns.connections.load(Ordering::SeqCst) > 0)
+        };
         let all = lock(&self.shared.namespaces);
         let (all, _) = self
             .shared
             .namespace_gone
-            .wait_timeout_while(all, timeout, |a| !a.is_empty())
+            .wait_timeout_while(all, timeout, |a| busy(a))
             .unwrap_or_else(|e| e.into_inner());
-        all.is_empty()
+        !busy(&all)
     }
 
     /// The one-sided listener's provider and port, when the server has one.
@@ -122,18 +153,27 @@ impl ServerHandle {
             .map(|t| (t.provider(), t.port()))
     }
 
+    /// Closes every client connection, as a network failure would; the namespaces stay for
+    /// their grace period, for their owners to reconnect.
+    pub fn disconnect_all(&self) {
+        for c in lock(&self.shared.connections).values() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
     /// Stops the server as a crash would look to its clients: stops accepting, closes every
     /// connection (and every one-sided endpoint), and waits for the accept loop to end.
     pub fn stop(mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
+        // The reaper, if any, sees the flag when woken.
+        drop(lock(&self.shared.namespaces));
+        self.shared.namespace_gone.notify_all();
         // Wake the blocking accept with a throwaway connection.
         let _ = TcpStream::connect(self.addr);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        for c in lock(&self.shared.connections).values() {
-            let _ = c.shutdown(std::net::Shutdown::Both);
-        }
+        self.disconnect_all();
         if let Some(t) = &self.shared.target {
             t.stop();
         }
@@ -183,6 +223,12 @@ pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle
     let thread = std::thread::Builder::new()
         .name("memliner-accept".into())
         .spawn(move || accept_loop(listener, s))?;
+    if !shared.config.grace.is_zero() {
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("memliner-reaper".into())
+            .spawn(move || reap_loop(&s))?;
+    }
     Ok(ServerHandle {
         addr,
         shared,
@@ -215,7 +261,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 if let Ok(c) = stream.try_clone() {
                     lock(&s.connections).insert(id, c);
                 }
-                let result = serve_connection(&s, stream);
+                let result = serve_connection(&s, stream, &peer);
                 lock(&s.connections).remove(&id);
                 if let Err(reason) = result {
                     if s.config.verbose || !reason.starts_with("closed") {
@@ -229,11 +275,13 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-/// Keeps a namespace's connection count and frees its pages with the last connection.
+/// Keeps a namespace's connection count, and frees its pages with the last connection (or
+/// leaves them for the grace period).
 struct Attachment<'a> {
     shared: &'a Shared,
     name: String,
     ns: Arc<Namespace>,
+    peer: String,
 }
 
 impl Drop for Attachment<'_> {
@@ -244,11 +292,65 @@ impl Drop for Attachment<'_> {
         self.shared.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
         let mut all = lock(&self.shared.namespaces);
         if self.ns.connections.fetch_sub(1, Ordering::SeqCst) == 1 {
-            all.remove(&self.name);
-            let freed = lock(&self.ns.pages).drain().count() as u64;
-            self.shared.used_pages.fetch_sub(freed, Ordering::SeqCst);
+            if self.shared.config.grace.is_zero() {
+                all.remove(&self.name);
+                free_namespace(self.shared, &self.name, &self.ns, &self.peer);
+            } else {
+                *lock(&self.ns.detached) = Some(std::time::Instant::now());
+                if self.shared.config.verbose {
+                    eprintln!(
+                        "memliner-server: namespace '{}' detached by {}: its pages wait {} for the owner to reconnect",
+                        self.name,
+                        self.peer,
+                        crate::units::format_duration(self.shared.config.grace)
+                    );
+                }
+            }
             self.shared.namespace_gone.notify_all();
         }
+    }
+}
+
+/// Frees the pages of a namespace nobody can reach any more.
+fn free_namespace(shared: &Shared, name: &str, ns: &Namespace, by: &str) {
+    let freed = lock(&ns.pages).drain().count() as u64;
+    give_back(shared, ns, freed);
+    if shared.config.verbose {
+        eprintln!("memliner-server: namespace '{name}' freed ({freed} pages; last held by {by})");
+    }
+}
+
+/// Frees the namespaces whose grace period ran out, until the server stops.
+fn reap_loop(shared: &Shared) {
+    let mut all = lock(&shared.namespaces);
+    while !shared.stopping.load(Ordering::SeqCst) {
+        let now = std::time::Instant::now();
+        let expired: Vec<String> = all
+            .iter()
+            .filter(|(_, ns)| {
+                ns.connections.load(Ordering::SeqCst) == 0
+                    && lock(&ns.detached).is_some_and(|t| now >= t + shared.config.grace)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in expired {
+            if let Some(ns) = all.remove(&name) {
+                free_namespace(shared, &name, &ns, "nobody: the grace period ran out");
+            }
+        }
+        shared.namespace_gone.notify_all();
+        // Woken by every detach (to time the new deadline) and by stop.
+        let next = all
+            .values()
+            .filter_map(|ns| *lock(&ns.detached))
+            .map(|t| (t + shared.config.grace).saturating_duration_since(now))
+            .min()
+            .unwrap_or(std::time::Duration::from_secs(1));
+        all = shared
+            .namespace_gone
+            .wait_timeout(all, next.max(std::time::Duration::from_millis(1)))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
 }
 
@@ -256,14 +358,68 @@ impl Drop for Attachment<'_> {
 struct Session<'a> {
     shared: &'a Shared,
     target: &'a Target,
+    ns: Arc<Namespace>,
     id: u64,
 }
 
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         let freed = self.target.detach(self.id);
-        self.shared.used_pages.fetch_sub(freed, Ordering::SeqCst);
+        give_back(self.shared, &self.ns, freed);
     }
+}
+
+/// Reserves between `need` and `want` pages for namespace `ns` (as many as its quota and the
+/// server's capacity leave), or says which limit refuses even `need`.
+fn reserve(
+    shared: &Shared,
+    ns: &Namespace,
+    name: &str,
+    need: u64,
+    want: u64,
+) -> Result<u64, (u16, String)> {
+    let quota = shared.config.quota_pages.unwrap_or(u64::MAX);
+    let mut got = 0;
+    ns.held
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |h| {
+            got = want.min(quota.saturating_sub(h));
+            (got >= need).then_some(h + got)
+        })
+        .map_err(|_| {
+            (
+                code::QUOTA,
+                format!(
+                    "quota of {quota} pages ({} MiB) for namespace '{name}' exhausted",
+                    (quota * PAGE_SIZE as u64) >> 20
+                ),
+            )
+        })?;
+    let cap = shared.capacity_pages;
+    let mut granted = 0;
+    let r = shared
+        .used_pages
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+            granted = got.min(cap.saturating_sub(u));
+            (granted >= need).then_some(u + granted)
+        });
+    // What the capacity did not grant goes back to the namespace's count.
+    ns.held
+        .fetch_sub(got - if r.is_ok() { granted } else { 0 }, Ordering::SeqCst);
+    r.map(|_| granted).map_err(|_| {
+        (
+            code::CAPACITY,
+            format!(
+                "capacity of {cap} pages ({} MiB) exhausted",
+                (cap * PAGE_SIZE as u64) >> 20
+            ),
+        )
+    })
+}
+
+/// Returns `n` pages of `ns` to the server.
+fn give_back(shared: &Shared, ns: &Namespace, n: u64) {
+    ns.held.fetch_sub(n, Ordering::SeqCst);
+    shared.used_pages.fetch_sub(n, Ordering::SeqCst);
 }
 
 fn send_error(w: &mut impl Write, request: u64, code: u16, msg: &str) -> std::io::Result<()> {
@@ -274,7 +430,7 @@ fn send_error(w: &mut impl Write, request: u64, code: u16, msg: &str) -> std::io
     .write_to(w, request)
 }
 
-fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
+fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<(), String> {
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
     let mut reader =
         BufReader::with_capacity(256 << 10, stream.try_clone().map_err(|e| e.to_string())?);
@@ -316,33 +472,67 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
         Err(e) => return Err(e),
     };
     let (name, lane) = (hello.namespace, hello.lane);
+    let refuse = |writer: &mut BufWriter<TcpStream>, code: u16, why: String| {
+        let _ = send_error(writer, h.request, code, &why);
+        let _ = writer.flush();
+        Err(format!("refused: {why}"))
+    };
     if let Some(expected) = &shared.config.token {
-        if &hello.token != expected {
-            let _ = send_error(&mut writer, h.request, code::AUTH, "bad token");
-            let _ = writer.flush();
-            return Err("bad token".into());
+        if !same_secret(hello.token.as_bytes(), expected.as_bytes()) {
+            return refuse(&mut writer, code::AUTH, "bad token".into());
         }
     }
-    let ns = {
+    let attached = {
         let mut all = lock(&shared.namespaces);
-        let ns = all.entry(name.clone()).or_default().clone();
-        ns.connections.fetch_add(1, Ordering::SeqCst);
-        ns
+        match (all.get(&name), &hello.key) {
+            (Some(ns), Some(k)) if ns.key.matches(k) => {
+                ns.connections.fetch_add(1, Ordering::SeqCst);
+                *lock(&ns.detached) = None;
+                Ok((ns.clone(), false))
+            }
+            (Some(_), _) => Err(format!(
+                "namespace '{name}' belongs to another client (only a connection presenting its session key attaches to it)"
+            )),
+            (None, Some(_)) => Err(format!(
+                "namespace '{name}' no longer exists here: the pages it held are gone (the server restarted, or its owner stayed away past the grace period)"
+            )),
+            (None, None) => match SessionKey::random() {
+                Ok(key) => {
+                    let ns = Arc::new(Namespace {
+                        key,
+                        pages: Mutex::new(HashMap::new()),
+                        connections: AtomicU64::new(1),
+                        held: AtomicU64::new(0),
+                        detached: Mutex::new(None),
+                    });
+                    all.insert(name.clone(), ns.clone());
+                    Ok((ns, true))
+                }
+                Err(e) => Err(format!("cannot make a session key: {e}")),
+            },
+        }
+    };
+    let (ns, created) = match attached {
+        Ok(a) => a,
+        Err(why) => return refuse(&mut writer, code::SESSION, why),
     };
     let _attachment = Attachment {
         shared,
         name: name.clone(),
         ns: ns.clone(),
+        peer: peer.to_string(),
     };
     Reply::HelloOk(HelloOk {
         page_size: PAGE_SIZE as u32,
         capacity_pages: shared.capacity_pages,
+        key: Some(ns.key),
     })
     .write_to(&mut writer, h.request)
     .map_err(io)?;
     writer.flush().map_err(io)?;
     if shared.config.verbose {
-        eprintln!("memliner-server: client attached to namespace '{name}'");
+        let how = if created { "created" } else { "attached to" };
+        eprintln!("memliner-server: {peer} {how} namespace '{name}' ({lane:?} lane)");
     }
 
     let mut out = Vec::new();
@@ -407,20 +597,9 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
             Request::Write { ids, data } => {
                 let mut pages = lock(&ns.pages);
                 let new = ids.iter().filter(|id| !pages.contains_key(id)).count() as u64;
-                let reserved =
-                    shared
-                        .used_pages
-                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
-                            (u + new <= shared.capacity_pages).then_some(u + new)
-                        });
-                if reserved.is_err() {
+                if let Err((c, msg)) = reserve(shared, &ns, &name, new, new) {
                     drop(pages);
-                    let msg = format!(
-                        "capacity of {} pages ({} MiB) exhausted",
-                        shared.capacity_pages,
-                        (shared.capacity_pages * PAGE_SIZE as u64) >> 20
-                    );
-                    send_error(&mut writer, h.request, code::CAPACITY, &msg).map_err(io)?;
+                    send_error(&mut writer, h.request, c, &msg).map_err(io)?;
                     continue;
                 }
                 for (id, src) in ids.iter().zip(data.chunks_exact(PAGE_SIZE)) {
@@ -444,7 +623,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
                     let mut pages = lock(&ns.pages);
                     ids.iter().filter(|id| pages.remove(id).is_some()).count() as u64
                 };
-                shared.used_pages.fetch_sub(freed, Ordering::SeqCst);
+                give_back(shared, &ns, freed);
                 Reply::FreeOk.write_to(&mut writer, h.request).map_err(io)?;
             }
             Request::Stats => {
@@ -477,6 +656,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
                 session = Some(Session {
                     shared,
                     target,
+                    ns: ns.clone(),
                     id: ok.session,
                 });
                 Reply::AttachOk(ok)
@@ -489,23 +669,13 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
                     send_error(&mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
                     continue;
                 };
-                let cap = shared.capacity_pages;
-                let grant = |u: u64| (want as u64).min(cap.saturating_sub(u));
-                let reserved =
-                    shared
-                        .used_pages
-                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
-                            (grant(u) >= need as u64).then(|| u + grant(u))
-                        });
-                let Ok(before) = reserved else {
-                    let msg = format!(
-                        "capacity of {cap} pages ({} MiB) exhausted",
-                        (cap * PAGE_SIZE as u64) >> 20
-                    );
-                    send_error(&mut writer, h.request, code::CAPACITY, &msg).map_err(io)?;
-                    continue;
+                let count = match reserve(shared, &ns, &name, need as u64, want as u64) {
+                    Ok(n) => n as u32,
+                    Err((c, msg)) => {
+                        send_error(&mut writer, h.request, c, &msg).map_err(io)?;
+                        continue;
+                    }
                 };
-                let count = grant(before) as u32;
                 match s.target.alloc(s.id, count) {
                     Ok(slots) => Reply::AllocOk(slots)
                         .write_to(&mut writer, h.request)
@@ -524,9 +694,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> Result<(), String> {
                 };
                 match s.target.release(s.id, &slots) {
                     Ok(()) => {
-                        shared
-                            .used_pages
-                            .fetch_sub(slots.len() as u64, Ordering::SeqCst);
+                        give_back(shared, &ns, slots.len() as u64);
                         Reply::ReleaseOk
                             .write_to(&mut writer, h.request)
                             .map_err(io)?;

@@ -26,6 +26,9 @@ struct Conn {
 pub struct TcpStore {
     addr: String,
     options: ClientOptions,
+    /// The namespace's session key, from the first hello's reply: every later connection
+    /// presents it.
+    key: Mutex<Option<protocol::SessionKey>>,
     pool: Vec<Mutex<Option<Conn>>>,
     capacity_pages: u64,
 }
@@ -39,6 +42,7 @@ impl TcpStore {
                 .map(|_| Mutex::new(None))
                 .collect(),
             options,
+            key: Mutex::new(None),
             capacity_pages: 0,
         };
         let (conn, capacity) = store.open(Lane::Demand)?;
@@ -118,6 +122,7 @@ impl TcpStore {
             token: self.options.token.clone(),
             namespace: self.options.namespace.clone(),
             lane,
+            key: *self.key.lock().unwrap(),
         })
         .write_to(&mut conn.writer, 0)
         .map_err(|e| self.io(e))?;
@@ -131,6 +136,9 @@ impl TcpStore {
                         "server pages are {} bytes, this client's are {PAGE_SIZE}",
                         ok.page_size
                     )));
+                }
+                if let Some(k) = ok.key {
+                    *self.key.lock().unwrap() = Some(k);
                 }
                 Ok((conn, ok.capacity_pages))
             }
@@ -164,7 +172,9 @@ impl TcpStore {
             *slot = Some(self.open(lane)?.0);
         }
         let result = f(slot.as_mut().unwrap());
-        if result.is_err() {
+        // A refusal is an answer: the stream is in step (see `pipeline`) and the namespace
+        // must not lose its connection over it. Anything else may have left replies unread.
+        if matches!(result, Err(ref e) if !matches!(e, StoreError::Refused { .. })) {
             *slot = None;
         }
         result
@@ -199,6 +209,11 @@ impl TcpStore {
             let h = read_frame(&mut conn.reader, &mut payload).map_err(|e| self.frame_error(e))?;
             let reply = Reply::decode(h.op, &payload).map_err(|e| self.protocol_error(e))?;
             if let Reply::Error { code, message } = reply {
+                // Read the replies of the requests already sent, so the connection stays in
+                // step for the next caller.
+                for _ in done + 1..sent {
+                    read_frame(&mut conn.reader, &mut payload).map_err(|e| self.frame_error(e))?;
+                }
                 return Err(self.refused(code, message));
             }
             if h.op != expect || h.request != first + done as u64 {

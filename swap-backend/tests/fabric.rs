@@ -16,6 +16,8 @@ fn config(capacity_pages: u64) -> ServerConfig {
         verbose: false,
         latency: None,
         fabric: true,
+        grace: std::time::Duration::ZERO,
+        quota_pages: None,
     }
 }
 

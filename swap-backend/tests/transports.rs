@@ -18,6 +18,8 @@ fn start(capacity_pages: u64, token: Option<&str>) -> ServerHandle {
             verbose: false,
             latency: None,
             fabric: false,
+            grace: std::time::Duration::ZERO,
+            quota_pages: None,
         },
     )
     .unwrap()
@@ -64,6 +66,8 @@ fn a_server_with_emulated_latency_answers_no_sooner() {
             verbose: false,
             latency: Some(latency),
             fabric: false,
+            grace: std::time::Duration::ZERO,
+            quota_pages: None,
         },
     )
     .unwrap();
@@ -262,9 +266,122 @@ fn tcp_store_reports_a_lost_server_and_never_stale_bytes_after_a_restart() {
                 verbose: false,
                 latency: None,
                 fabric: false,
+                grace: std::time::Duration::ZERO,
+                quota_pages: None,
             },
         )
         .unwrap();
         std::mem::forget(again); // serves until the test process ends
     });
+}
+
+fn start_with(config: ServerConfig) -> ServerHandle {
+    server::spawn("127.0.0.1:0", config).unwrap()
+}
+
+/// A hello for namespace `ns` with `key`, raw; the reply's error message, if refused.
+fn raw_hello(s: &ServerHandle, ns: &str, key: Option<swap_backend::auth::SessionKey>) -> String {
+    use swap_backend::protocol::{read_frame, Hello, Lane, Reply, Request};
+    let mut c = TcpStream::connect(s.local_addr()).unwrap();
+    Request::Hello(Hello {
+        token: String::new(),
+        namespace: ns.into(),
+        lane: Lane::Demand,
+        key,
+    })
+    .write_to(&mut c, 0)
+    .unwrap();
+    let mut payload = Vec::new();
+    let h = read_frame(&mut c, &mut payload).unwrap();
+    match Reply::decode(h.op, &payload).unwrap() {
+        Reply::Error { code, message } => {
+            assert_eq!(code, swap_backend::protocol::code::SESSION, "{message}");
+            message
+        }
+        other => format!("accepted: {other:?}"),
+    }
+}
+
+#[test]
+fn a_namespace_belongs_to_the_client_that_created_it() {
+    let s = start(MIN_CAPACITY_PAGES, None);
+    let owner = client(&s, "mine", "");
+    owner.write_pages(&[1], &pattern(1, 1)).unwrap();
+    // Knowing the name is not enough, nor is a guessed key.
+    let no_key = raw_hello(&s, "mine", None);
+    assert!(no_key.contains("belongs to another client"), "{no_key}");
+    let guessed = raw_hello(&s, "mine", Some(swap_backend::auth::SessionKey([0; 16])));
+    assert!(guessed.contains("belongs to another client"), "{guessed}");
+    // The owner's other lanes open connections of their own, presenting its key.
+    std::thread::scope(|t| {
+        t.spawn(|| {
+            swap_backend::set_thread_lane(swap_backend::Lane::Prefetch);
+            let mut out = vec![0u8; PAGE_SIZE];
+            owner.read_pages(&[1], &mut out).unwrap();
+            assert_eq!(out, pattern(1, 1));
+        });
+    });
+    // A key for a namespace that never existed here is refused too.
+    let stale = raw_hello(&s, "gone", Some(swap_backend::auth::SessionKey([9; 16])));
+    assert!(stale.contains("no longer exists"), "{stale}");
+}
+
+#[test]
+fn the_owner_resumes_within_the_grace_period_and_finds_nothing_after_it() {
+    let grace = std::time::Duration::from_millis(300);
+    let s = start_with(ServerConfig {
+        grace,
+        ..ServerConfig::with_capacity(MIN_CAPACITY_PAGES * PAGE_SIZE as u64)
+    });
+    let owner = client(&s, "resumer", "");
+    owner.write_pages(&[5], &pattern(5, 5)).unwrap();
+    s.disconnect_all();
+    // The first request may meet the closed connection; the next reconnects with the key and
+    // finds the pages.
+    let mut out = vec![0u8; PAGE_SIZE];
+    if owner.read_pages(&[5], &mut out).is_err() {
+        owner.read_pages(&[5], &mut out).unwrap();
+    }
+    assert_eq!(out, pattern(5, 5));
+
+    s.disconnect_all();
+    let watcher = client(&s, "watcher", "");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while watcher.server_stats().unwrap().namespaces != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the grace period never ended"
+        );
+        std::thread::yield_now();
+    }
+    // Past the grace period the owner's key names nothing: an error, never empty pages.
+    for _ in 0..2 {
+        let err = owner.read_pages(&[5], &mut out).unwrap_err().to_string();
+        assert!(
+            err.contains("no longer exists") || err.contains("closed"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_client_quota_is_enforced_with_a_clear_error() {
+    let s = start_with(ServerConfig {
+        quota_pages: Some(4),
+        ..ServerConfig::with_capacity(64 * PAGE_SIZE as u64)
+    });
+    let a = client(&s, "a", "");
+    let ids = [1u64, 2, 3, 4];
+    let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 0)).collect();
+    a.write_pages(&ids, &data).unwrap();
+    a.write_pages(&ids, &data).unwrap(); // overwrites need no quota
+    let err = a.write_pages(&[5], &pattern(5, 0)).unwrap_err();
+    assert!(err.to_string().contains("quota of 4 pages"), "{err}");
+    assert!(err.to_string().contains("namespace 'a'"), "{err}");
+    // Another client's quota is its own.
+    client(&s, "b", "")
+        .write_pages(&[5], &pattern(5, 0))
+        .unwrap();
+    a.free_pages(&[1]).unwrap();
+    a.write_pages(&[5], &pattern(5, 0)).unwrap();
 }

@@ -130,6 +130,7 @@ impl FabricStore {
             token: options.token.clone(),
             namespace: options.namespace.clone(),
             lane: Lane::Demand,
+            key: None,
         });
         let capacity_pages = control
             .call(&hello, |r| match r {
@@ -495,6 +496,8 @@ mod tests {
                 verbose: false,
                 latency: None,
                 fabric: true,
+                grace: std::time::Duration::ZERO,
+                quota_pages: None,
             },
         )
         .unwrap();
