@@ -349,7 +349,7 @@ fn rdma_checks(rdma: &Rdma) -> Vec<Check> {
         None => check(
             "rdma devices",
             Status::Warn,
-            "none: /sys/class/infiniband is absent (the kernel has no RDMA support loaded); memory servers are reached over tcp://",
+            "none: /sys/class/infiniband is absent (the kernel has no RDMA support loaded); use tcp://, or fabric:// over libfabric's tcp provider (for testing the one-sided path)",
             Some("on a host with an RDMA NIC: load its driver (mlx5_ib, efa, ...) and rdma-core"),
         ),
         Some(d) if d.is_empty() => check(
@@ -406,6 +406,8 @@ fn server(url: &ServerUrl) -> Check {
             .and_then(|s| Ok((s.server_stats()?, String::new()))),
         // One page written and read back one-sided: the data path, not just the control port.
         Scheme::Fabric => FabricStore::connect(&url.authority(), options).and_then(|s| {
+            // Before the test page: what the other clients hold, not this check's slots.
+            let stats = s.server_stats()?;
             let page: Vec<u8> = (0..PAGE_SIZE).map(|i| (i % 253) as u8).collect();
             s.write_pages(&[0], &page)?;
             let mut back = vec![0u8; PAGE_SIZE];
@@ -417,7 +419,7 @@ fn server(url: &ServerUrl) -> Check {
             };
             s.free_pages(&[0])?;
             Ok((
-                s.server_stats()?,
+                stats,
                 format!(
                     ", one-sided write and read of a page over {}: {ok}",
                     s.provider()
