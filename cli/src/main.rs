@@ -118,6 +118,15 @@ enum Cmd {
         /// Most one client may hold (512m, 4g); default: only --capacity bounds it.
         #[arg(long, value_name = "SIZE")]
         quota: Option<String>,
+        /// Most connections open at once, all clients together (more are refused).
+        #[arg(long, value_name = "N", default_value_t = 512)]
+        max_connections: usize,
+        /// Most connections one client may open (a JVM opens one per fault handler, plus two).
+        #[arg(long, value_name = "N", default_value_t = 64)]
+        max_client_connections: usize,
+        /// How long a new connection may take to say hello before it is closed.
+        #[arg(long, value_name = "DURATION", default_value = "5s")]
+        hello_deadline: String,
         /// Log every attach, detach and refusal, with the namespace and the peer's address.
         #[arg(long, short)]
         verbose: bool,
@@ -291,9 +300,20 @@ fn main() -> ExitCode {
             token,
             grace,
             quota,
+            max_connections,
+            max_client_connections,
+            hello_deadline,
             verbose,
             emulate_latency,
         } => {
+            let hello_deadline = match swap_backend::units::parse_duration(&hello_deadline) {
+                Ok(d) if !d.is_zero() => d,
+                Ok(_) => return fail("--hello-deadline must be longer than 0"),
+                Err(e) => return fail(format!("--hello-deadline: {e}")),
+            };
+            if max_connections == 0 || max_client_connections == 0 {
+                return fail("--max-connections and --max-client-connections must be at least 1");
+            }
             if token.is_some() {
                 return fail("--token: a token on the command line of a long-lived process is readable by every user (/proc/PID/cmdline); put it in a file for --token-file, or in MEMLINER_TOKEN");
             }
@@ -338,6 +358,11 @@ fn main() -> ExitCode {
                 fabric: listen.scheme == swap_backend::Scheme::Fabric,
                 grace,
                 quota_pages,
+                limits: swap_backend::server::Limits {
+                    connections: max_connections,
+                    connections_per_client: max_client_connections,
+                    hello_deadline,
+                },
             };
             match swap_backend::server::spawn(&listen.authority(), cfg) {
                 Ok(h) => {

@@ -238,6 +238,7 @@ pub fn embedded_server(transport: Transport) -> Result<ServerHandle, String> {
             fabric: transport == Transport::Fabric,
             grace: std::time::Duration::ZERO,
             quota_pages: None,
+            limits: swap_backend::server::Limits::default(),
         },
     )
     .map_err(|e| format!("cannot start the embedded memory server: {e}"))

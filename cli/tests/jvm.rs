@@ -483,6 +483,7 @@ fn doctor_checks_the_machine_the_jdk_and_the_servers() {
             fabric,
             grace: std::time::Duration::ZERO,
             quota_pages: None,
+            limits: swap_backend::server::Limits::default(),
         },
     )
     .unwrap();

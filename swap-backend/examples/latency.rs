@@ -14,6 +14,7 @@ fn main() {
             fabric: false,
             grace: std::time::Duration::ZERO,
             quota_pages: None,
+            limits: swap_backend::server::Limits::default(),
         },
     )
     .unwrap();

@@ -109,6 +109,8 @@ pub mod code {
     pub const QUOTA: u16 = 5;
     /// The namespace belongs to another client (no or a wrong session key), or is gone.
     pub const SESSION: u16 = 6;
+    /// A limit of the server's: connections, connections of one client, the hello deadline.
+    pub const LIMIT: u16 = 7;
 }
 
 /// A decoded frame header.

@@ -35,6 +35,31 @@ pub struct ServerConfig {
     pub grace: std::time::Duration,
     /// Most pages one namespace may hold; `None`: only the capacity bounds it.
     pub quota_pages: Option<u64>,
+    /// Connections and the hello deadline.
+    pub limits: Limits,
+}
+
+/// What one server and one client may take, so that a flood of connections cannot exhaust the
+/// server's threads or memory: a connection costs a thread (256 KiB of stack) and, once it
+/// has said hello, 512 KiB of buffers.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Open connections, all clients together; more are refused at once.
+    pub connections: usize,
+    /// Open connections of one namespace (a JVM opens one per fault handler, plus two).
+    pub connections_per_client: usize,
+    /// How long a new connection may take to say hello before it is closed.
+    pub hello_deadline: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            connections: 512,
+            connections_per_client: 64,
+            hello_deadline: std::time::Duration::from_secs(5),
+        }
+    }
 }
 
 impl ServerConfig {
@@ -49,6 +74,7 @@ impl ServerConfig {
             fabric: false,
             grace: std::time::Duration::ZERO,
             quota_pages: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -153,6 +179,11 @@ impl ServerHandle {
             .map(|t| (t.provider(), t.port()))
     }
 
+    /// Connections open now (each has a thread of its own).
+    pub fn open_connections(&self) -> usize {
+        lock(&self.shared.connections).len()
+    }
+
     /// Closes every client connection, as a network failure would; the namespaces stay for
     /// their grace period, for their owners to reconnect.
     pub fn disconnect_all(&self) {
@@ -238,6 +269,7 @@ pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle
 }
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut refused = RefusalLog::default();
     for stream in listener.incoming() {
         if shared.stopping.load(Ordering::SeqCst) {
             break;
@@ -249,28 +281,76 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 continue;
             }
         };
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into());
+        let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut open = lock(&shared.connections);
+            let max = shared.config.limits.connections;
+            if open.len() >= max {
+                drop(open);
+                let why = format!("server full: {max} connections open, the most it takes");
+                // The refusal must not wait on a client that does not read.
+                let _ = stream.set_write_timeout(Some(std::time::Duration::from_millis(100)));
+                let _ = send_error(&mut &stream, 0, code::LIMIT, &why);
+                refused.note(&shared, &peer, &why);
+                continue;
+            }
+            if let Ok(c) = stream.try_clone() {
+                open.insert(id, c);
+            }
+        }
         let s = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("memliner-conn".into())
+            .stack_size(256 << 10)
             .spawn(move || {
-                let peer = stream
-                    .peer_addr()
-                    .map(|a| a.to_string())
-                    .unwrap_or_else(|_| "?".into());
-                let id = s.next_connection.fetch_add(1, Ordering::Relaxed);
-                if let Ok(c) = stream.try_clone() {
-                    lock(&s.connections).insert(id, c);
-                }
                 let result = serve_connection(&s, stream, &peer);
                 lock(&s.connections).remove(&id);
                 if let Err(reason) = result {
-                    if s.config.verbose || !reason.starts_with("closed") {
+                    // Closes and silent connections are routine (and a flood of the latter
+                    // must not flood the log): shown under --verbose only.
+                    let routine = reason.starts_with("closed") || reason.starts_with("no hello");
+                    if s.config.verbose || !routine {
                         eprintln!("memliner-server: connection from {peer} closed: {reason}");
                     }
                 }
             });
         if let Err(e) = spawned {
+            lock(&shared.connections).remove(&id);
             eprintln!("memliner-server: cannot start a connection thread: {e}");
+        }
+    }
+}
+
+/// Refused connections, logged one line each under `--verbose`, else at most one line a
+/// second with the count (a flood must not flood the log too).
+#[derive(Default)]
+struct RefusalLog {
+    since: Option<std::time::Instant>,
+    count: u64,
+}
+
+impl RefusalLog {
+    fn note(&mut self, shared: &Shared, peer: &str, why: &str) {
+        if shared.config.verbose {
+            eprintln!("memliner-server: refused a connection from {peer}: {why}");
+            return;
+        }
+        self.count += 1;
+        let now = std::time::Instant::now();
+        if self
+            .since
+            .is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_secs(1))
+        {
+            eprintln!(
+                "memliner-server: refused {} connection(s) (the last from {peer}): {why}",
+                self.count
+            );
+            self.since = Some(now);
+            self.count = 0;
         }
     }
 }
@@ -432,9 +512,6 @@ fn send_error(w: &mut impl Write, request: u64, code: u16, msg: &str) -> std::io
 
 fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<(), String> {
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let mut reader =
-        BufReader::with_capacity(256 << 10, stream.try_clone().map_err(|e| e.to_string())?);
-    let mut writer = BufWriter::with_capacity(256 << 10, stream);
     let mut payload = Vec::new();
     // A client that exits with a reply unread resets the connection (a JVM whose threads
     // serve their own faults can exit mid-request): that is a close, not an error.
@@ -458,44 +535,71 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
         Err(e) => Err(e.to_string()),
     };
 
-    // Hello first.
-    let Some(h) = read(&mut reader, &mut payload)? else {
-        return Err("closed before hello".into());
+    // Hello first, within the deadline, read without buffers: a connection that never says
+    // hello costs its thread and nothing more, and only until the deadline.
+    let deadline = shared.config.limits.hello_deadline;
+    stream
+        .set_read_timeout(Some(deadline))
+        .map_err(|e| e.to_string())?;
+    let h = match read_frame(&mut &stream, &mut payload) {
+        Ok(h) => h,
+        Err(FrameError::Io(e)) if gone(&e) => return Err("closed before hello".into()),
+        Err(FrameError::Io(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            let why = format!(
+                "no hello within {}",
+                crate::units::format_duration(deadline)
+            );
+            let _ = send_error(&mut &stream, 0, code::LIMIT, &why);
+            return Err(why);
+        }
+        Err(e) => return Err(e.to_string()),
     };
+    stream.set_read_timeout(None).map_err(|e| e.to_string())?;
     let hello = match Request::decode(h.op, &payload) {
         Ok(Request::Hello(hello)) => hello,
         Ok(other) => {
-            let _ = send_error(&mut writer, h.request, code::BAD_REQUEST, "expected hello");
-            let _ = writer.flush();
+            let _ = send_error(&mut &stream, h.request, code::BAD_REQUEST, "expected hello");
             return Err(format!("first frame was {:?}, not hello", other.op()));
         }
         Err(e) => return Err(e),
     };
     let (name, lane) = (hello.namespace, hello.lane);
-    let refuse = |writer: &mut BufWriter<TcpStream>, code: u16, why: String| {
-        let _ = send_error(writer, h.request, code, &why);
-        let _ = writer.flush();
+    let refuse = |code: u16, why: String| {
+        let _ = send_error(&mut &stream, h.request, code, &why);
         Err(format!("refused: {why}"))
     };
     if let Some(expected) = &shared.config.token {
         if !same_secret(hello.token.as_bytes(), expected.as_bytes()) {
-            return refuse(&mut writer, code::AUTH, "bad token".into());
+            return refuse(code::AUTH, "bad token".into());
         }
     }
     let attached = {
         let mut all = lock(&shared.namespaces);
         match (all.get(&name), &hello.key) {
             (Some(ns), Some(k)) if ns.key.matches(k) => {
-                ns.connections.fetch_add(1, Ordering::SeqCst);
-                *lock(&ns.detached) = None;
-                Ok((ns.clone(), false))
+                let max = shared.config.limits.connections_per_client;
+                if ns.connections.load(Ordering::SeqCst) >= max as u64 {
+                    Err((
+                        code::LIMIT,
+                        format!("namespace '{name}' has {max} connections open, the most one client may"),
+                    ))
+                } else {
+                    ns.connections.fetch_add(1, Ordering::SeqCst);
+                    *lock(&ns.detached) = None;
+                    Ok((ns.clone(), false))
+                }
             }
-            (Some(_), _) => Err(format!(
+            (Some(_), _) => Err((code::SESSION, format!(
                 "namespace '{name}' belongs to another client (only a connection presenting its session key attaches to it)"
-            )),
-            (None, Some(_)) => Err(format!(
+            ))),
+            (None, Some(_)) => Err((code::SESSION, format!(
                 "namespace '{name}' no longer exists here: the pages it held are gone (the server restarted, or its owner stayed away past the grace period)"
-            )),
+            ))),
             (None, None) => match SessionKey::random() {
                 Ok(key) => {
                     let ns = Arc::new(Namespace {
@@ -508,14 +612,17 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                     all.insert(name.clone(), ns.clone());
                     Ok((ns, true))
                 }
-                Err(e) => Err(format!("cannot make a session key: {e}")),
+                Err(e) => Err((code::BAD_REQUEST, format!("cannot make a session key: {e}"))),
             },
         }
     };
     let (ns, created) = match attached {
         Ok(a) => a,
-        Err(why) => return refuse(&mut writer, code::SESSION, why),
+        Err((c, why)) => return refuse(c, why),
     };
+    let mut reader =
+        BufReader::with_capacity(256 << 10, stream.try_clone().map_err(|e| e.to_string())?);
+    let mut writer = BufWriter::with_capacity(256 << 10, stream);
     let _attachment = Attachment {
         shared,
         name: name.clone(),

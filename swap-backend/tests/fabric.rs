@@ -18,6 +18,7 @@ fn config(capacity_pages: u64) -> ServerConfig {
         fabric: true,
         grace: std::time::Duration::ZERO,
         quota_pages: None,
+        limits: swap_backend::server::Limits::default(),
     }
 }
 

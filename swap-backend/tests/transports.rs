@@ -20,6 +20,7 @@ fn start(capacity_pages: u64, token: Option<&str>) -> ServerHandle {
             fabric: false,
             grace: std::time::Duration::ZERO,
             quota_pages: None,
+            limits: swap_backend::server::Limits::default(),
         },
     )
     .unwrap()
@@ -68,6 +69,7 @@ fn a_server_with_emulated_latency_answers_no_sooner() {
             fabric: false,
             grace: std::time::Duration::ZERO,
             quota_pages: None,
+            limits: swap_backend::server::Limits::default(),
         },
     )
     .unwrap();
@@ -268,6 +270,7 @@ fn tcp_store_reports_a_lost_server_and_never_stale_bytes_after_a_restart() {
                 fabric: false,
                 grace: std::time::Duration::ZERO,
                 quota_pages: None,
+                limits: swap_backend::server::Limits::default(),
             },
         )
         .unwrap();
@@ -384,4 +387,94 @@ fn a_client_quota_is_enforced_with_a_clear_error() {
         .unwrap();
     a.free_pages(&[1]).unwrap();
     a.write_pages(&[5], &pattern(5, 0)).unwrap();
+}
+
+#[test]
+fn a_connection_flood_is_bounded_and_connected_clients_keep_working() {
+    use swap_backend::protocol::{read_frame, Reply};
+    let deadline = std::time::Duration::from_millis(500);
+    let s = start_with(ServerConfig {
+        limits: swap_backend::server::Limits {
+            connections: 32,
+            connections_per_client: 4,
+            hello_deadline: deadline,
+        },
+        ..ServerConfig::with_capacity(MIN_CAPACITY_PAGES * PAGE_SIZE as u64)
+    });
+    let working = client(&s, "working", "");
+    working.write_pages(&[1], &pattern(1, 1)).unwrap();
+    // 300 connections that never say hello.
+    let flood: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(s.local_addr()).unwrap())
+        .collect();
+    let mut out = vec![0u8; PAGE_SIZE];
+    working.read_pages(&[1], &mut out).unwrap();
+    assert_eq!(
+        out,
+        pattern(1, 1),
+        "a connected client is served through the flood"
+    );
+    // Each open connection has a thread; the flood got no more than the limit.
+    let open = s.open_connections();
+    assert!(
+        (2..=32).contains(&open),
+        "{open} connections open for a limit of 32"
+    );
+    // Those past the limit were told why; the rest are closed at the hello deadline.
+    let mut refused = 0;
+    for mut c in flood {
+        c.set_read_timeout(Some(deadline * 10)).unwrap();
+        let mut payload = Vec::new();
+        if let Ok(h) = read_frame(&mut c, &mut payload) {
+            let Reply::Error { code, message } = Reply::decode(h.op, &payload).unwrap() else {
+                panic!("a connection without hello got an answer")
+            };
+            assert_eq!(code, swap_backend::protocol::code::LIMIT, "{message}");
+            assert!(
+                message.contains("server full") || message.contains("no hello within"),
+                "{message}"
+            );
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        refused, 300,
+        "every idle connection is refused or timed out, with a reason"
+    );
+    // With the flood gone, new clients get in again; one client may open only so many.
+    let late = client(&s, "late", "");
+    late.write_pages(&[2], &pattern(2, 2)).unwrap();
+    // One client may open only so many: the first hello creates the namespace and gets its
+    // key; with the key, three more attach (four in all), the fifth is refused.
+    use swap_backend::protocol::{Hello, Lane, Request};
+    let hello = |key| {
+        let mut c = TcpStream::connect(s.local_addr()).unwrap();
+        Request::Hello(Hello {
+            token: String::new(),
+            namespace: "greedy".into(),
+            lane: Lane::Demand,
+            key,
+        })
+        .write_to(&mut c, 0)
+        .unwrap();
+        let mut payload = Vec::new();
+        let h = read_frame(&mut c, &mut payload).unwrap();
+        let reply = match Reply::decode(h.op, &payload).unwrap() {
+            Reply::HelloOk(ok) => Ok(ok.key),
+            Reply::Error { message, .. } => Err(message),
+            other => panic!("{other:?}"),
+        };
+        (c, reply)
+    };
+    let (first, key) = hello(None);
+    let key = key.unwrap();
+    let more: Vec<_> = (0..3).map(|_| hello(key)).collect();
+    assert!(more.iter().all(|(_, r)| r.is_ok()));
+    let (_, fifth) = hello(key);
+    let err = fifth.unwrap_err();
+    assert!(
+        err.contains("has 4 connections open, the most one client may"),
+        "{err}"
+    );
+    drop((first, more));
 }

@@ -498,6 +498,7 @@ mod tests {
                 fabric: true,
                 grace: std::time::Duration::ZERO,
                 quota_pages: None,
+                limits: crate::server::Limits::default(),
             },
         )
         .unwrap();
