@@ -476,14 +476,8 @@ fn doctor_checks_the_machine_the_jdk_and_the_servers() {
     let live = swap_backend::server::spawn(
         "127.0.0.1:0",
         swap_backend::server::ServerConfig {
-            capacity_bytes: 64 << 20,
-            token: None,
-            verbose: false,
-            latency: None,
             fabric,
-            grace: std::time::Duration::ZERO,
-            quota_pages: None,
-            limits: swap_backend::server::Limits::default(),
+            ..swap_backend::server::ServerConfig::with_capacity(64 << 20)
         },
     )
     .unwrap();

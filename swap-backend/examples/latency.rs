@@ -4,20 +4,7 @@ use swap_backend::server::{spawn, ServerConfig};
 use swap_backend::{ClientOptions, PageStore, TcpStore, PAGE_SIZE};
 
 fn main() {
-    let s = spawn(
-        "127.0.0.1:0",
-        ServerConfig {
-            capacity_bytes: 1 << 30,
-            token: None,
-            verbose: false,
-            latency: None,
-            fabric: false,
-            grace: std::time::Duration::ZERO,
-            quota_pages: None,
-            limits: swap_backend::server::Limits::default(),
-        },
-    )
-    .unwrap();
+    let s = spawn("127.0.0.1:0", ServerConfig::with_capacity(1 << 30)).unwrap();
     let c = TcpStore::connect(
         &s.local_addr().to_string(),
         ClientOptions {

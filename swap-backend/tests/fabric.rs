@@ -11,14 +11,8 @@ use swap_backend::{ClientOptions, PageStore, PAGE_SIZE};
 
 fn config(capacity_pages: u64) -> ServerConfig {
     ServerConfig {
-        capacity_bytes: capacity_pages * PAGE_SIZE as u64,
-        token: None,
-        verbose: false,
-        latency: None,
         fabric: true,
-        grace: std::time::Duration::ZERO,
-        quota_pages: None,
-        limits: swap_backend::server::Limits::default(),
+        ..ServerConfig::with_capacity(capacity_pages * PAGE_SIZE as u64)
     }
 }
 

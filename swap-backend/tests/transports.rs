@@ -13,14 +13,8 @@ fn start(capacity_pages: u64, token: Option<&str>) -> ServerHandle {
     server::spawn(
         "127.0.0.1:0",
         ServerConfig {
-            capacity_bytes: capacity_pages * PAGE_SIZE as u64,
             token: token.map(str::to_string),
-            verbose: false,
-            latency: None,
-            fabric: false,
-            grace: std::time::Duration::ZERO,
-            quota_pages: None,
-            limits: swap_backend::server::Limits::default(),
+            ..ServerConfig::with_capacity(capacity_pages * PAGE_SIZE as u64)
         },
     )
     .unwrap()
@@ -62,14 +56,8 @@ fn a_server_with_emulated_latency_answers_no_sooner() {
     let s = server::spawn(
         "127.0.0.1:0",
         ServerConfig {
-            capacity_bytes: MIN_CAPACITY_PAGES * PAGE_SIZE as u64,
-            token: None,
-            verbose: false,
             latency: Some(latency),
-            fabric: false,
-            grace: std::time::Duration::ZERO,
-            quota_pages: None,
-            limits: swap_backend::server::Limits::default(),
+            ..ServerConfig::with_capacity(MIN_CAPACITY_PAGES * PAGE_SIZE as u64)
         },
     )
     .unwrap();
@@ -262,16 +250,7 @@ fn tcp_store_reports_a_lost_server_and_never_stale_bytes_after_a_restart() {
         // The same address, as a restarted `memliner server` would listen on.
         let again = server::spawn(
             &addr.to_string(),
-            ServerConfig {
-                capacity_bytes: MIN_CAPACITY_PAGES * PAGE_SIZE as u64,
-                token: None,
-                verbose: false,
-                latency: None,
-                fabric: false,
-                grace: std::time::Duration::ZERO,
-                quota_pages: None,
-                limits: swap_backend::server::Limits::default(),
-            },
+            ServerConfig::with_capacity(MIN_CAPACITY_PAGES * PAGE_SIZE as u64),
         )
         .unwrap();
         std::mem::forget(again); // serves until the test process ends
@@ -282,8 +261,16 @@ fn start_with(config: ServerConfig) -> ServerHandle {
     server::spawn("127.0.0.1:0", config).unwrap()
 }
 
-/// A hello for namespace `ns` with `key`, raw; the reply's error message, if refused.
-fn raw_hello(s: &ServerHandle, ns: &str, key: Option<swap_backend::auth::SessionKey>) -> String {
+/// A raw hello for namespace `ns` with `key`: the open connection, and the session key the
+/// reply grants or the refusal's code and message.
+fn hello_raw(
+    s: &ServerHandle,
+    ns: &str,
+    key: Option<swap_backend::auth::SessionKey>,
+) -> (
+    TcpStream,
+    Result<Option<swap_backend::auth::SessionKey>, (u16, String)>,
+) {
     use swap_backend::protocol::{read_frame, Hello, Lane, Reply, Request};
     let mut c = TcpStream::connect(s.local_addr()).unwrap();
     Request::Hello(Hello {
@@ -296,12 +283,22 @@ fn raw_hello(s: &ServerHandle, ns: &str, key: Option<swap_backend::auth::Session
     .unwrap();
     let mut payload = Vec::new();
     let h = read_frame(&mut c, &mut payload).unwrap();
-    match Reply::decode(h.op, &payload).unwrap() {
-        Reply::Error { code, message } => {
+    let reply = match Reply::decode(h.op, &payload).unwrap() {
+        Reply::HelloOk(ok) => Ok(ok.key),
+        Reply::Error { code, message } => Err((code, message)),
+        other => panic!("{other:?} in reply to hello"),
+    };
+    (c, reply)
+}
+
+/// The message of a hello refused for its session, or what else came back.
+fn raw_hello(s: &ServerHandle, ns: &str, key: Option<swap_backend::auth::SessionKey>) -> String {
+    match hello_raw(s, ns, key).1 {
+        Err((code, message)) => {
             assert_eq!(code, swap_backend::protocol::code::SESSION, "{message}");
             message
         }
-        other => format!("accepted: {other:?}"),
+        Ok(_) => "accepted".into(),
     }
 }
 
@@ -446,32 +443,14 @@ fn a_connection_flood_is_bounded_and_connected_clients_keep_working() {
     late.write_pages(&[2], &pattern(2, 2)).unwrap();
     // One client may open only so many: the first hello creates the namespace and gets its
     // key; with the key, three more attach (four in all), the fifth is refused.
-    use swap_backend::protocol::{Hello, Lane, Request};
-    let hello = |key| {
-        let mut c = TcpStream::connect(s.local_addr()).unwrap();
-        Request::Hello(Hello {
-            token: String::new(),
-            namespace: "greedy".into(),
-            lane: Lane::Demand,
-            key,
-        })
-        .write_to(&mut c, 0)
-        .unwrap();
-        let mut payload = Vec::new();
-        let h = read_frame(&mut c, &mut payload).unwrap();
-        let reply = match Reply::decode(h.op, &payload).unwrap() {
-            Reply::HelloOk(ok) => Ok(ok.key),
-            Reply::Error { message, .. } => Err(message),
-            other => panic!("{other:?}"),
-        };
-        (c, reply)
-    };
+    let hello = |key| hello_raw(&s, "greedy", key);
     let (first, key) = hello(None);
     let key = key.unwrap();
     let more: Vec<_> = (0..3).map(|_| hello(key)).collect();
     assert!(more.iter().all(|(_, r)| r.is_ok()));
     let (_, fifth) = hello(key);
-    let err = fifth.unwrap_err();
+    let (code, err) = fifth.unwrap_err();
+    assert_eq!(code, swap_backend::protocol::code::LIMIT);
     assert!(
         err.contains("has 4 connections open, the most one client may"),
         "{err}"

@@ -491,14 +491,8 @@ mod tests {
         let s = server::spawn(
             "127.0.0.1:0",
             ServerConfig {
-                capacity_bytes: 1024 * PAGE_SIZE as u64,
-                token: None,
-                verbose: false,
-                latency: None,
                 fabric: true,
-                grace: std::time::Duration::ZERO,
-                quota_pages: None,
-                limits: crate::server::Limits::default(),
+                ..ServerConfig::with_capacity(1024 * PAGE_SIZE as u64)
             },
         )
         .unwrap();
