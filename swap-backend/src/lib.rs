@@ -11,6 +11,7 @@ pub mod conformance;
 pub mod cpu;
 pub mod fabric;
 pub mod fabric_ffi;
+pub mod memory;
 pub mod protocol;
 pub mod rdma_stack;
 pub mod server;

@@ -285,50 +285,7 @@ pub(super) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> std::io::Result
 
 /// Private anonymous memory owned by the pager (not registered with userfaultfd): the
 /// reclaimer's slots.
-pub(super) struct AnonMemory {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain memory; who may touch which page is decided by the slot
-// allocator that owns it.
-unsafe impl Send for AnonMemory {}
-// SAFETY: as above.
-unsafe impl Sync for AnonMemory {}
-
-impl AnonMemory {
-    pub(super) fn new(len: usize) -> std::io::Result<AnonMemory> {
-        let len = len.max(PAGE_SIZE);
-        // SAFETY: a fresh private anonymous mapping; owned by the returned value.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(AnonMemory { ptr: p.cast(), len })
-    }
-
-    pub(super) fn page(&self, i: usize) -> *mut u8 {
-        assert!((i + 1) * PAGE_SIZE <= self.len);
-        // SAFETY: in bounds, checked above.
-        unsafe { self.ptr.add(i * PAGE_SIZE) }
-    }
-}
-
-impl Drop for AnonMemory {
-    fn drop(&mut self) {
-        // SAFETY: unmapping the mapping this value owns.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
+pub(super) use swap_backend::memory::AnonMemory;
 
 #[cfg(test)]
 mod tests {

@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use crate::fabric_ffi::{
     Access, CompletionQueue, Domain, Endpoint, Event, EventQueue, Fabric, FabricError, Info,
-    Memory, MemoryRegion, PassiveEndpoint, FI_MR_PROV_KEY, FI_MR_VIRT_ADDR,
+    MemoryRegion, PassiveEndpoint, FI_MR_PROV_KEY, FI_MR_VIRT_ADDR,
 };
+use crate::memory::AnonMemory;
 use crate::protocol::{AttachOk, RemoteRegion, PAGE_SIZE};
 
 /// Bytes per registered region: large enough that a pool is a handful of them, small enough
@@ -60,7 +61,7 @@ pub struct Target {
     eq: Arc<EventQueue>,
     cq: Arc<CompletionQueue>,
     _regions: Vec<MemoryRegion>,
-    pool: Arc<Memory>,
+    pool: Arc<AnonMemory>,
     domain: Arc<Domain>,
 }
 
@@ -95,7 +96,7 @@ impl Target {
         let port = pep.port().map_err(err)?;
         let bytes = capacity_pages as usize * PAGE_SIZE;
         let pool = Arc::new(
-            Memory::new(bytes)
+            AnonMemory::new(bytes)
                 .map_err(|e| format!("cannot reserve a page pool of {bytes} bytes: {e}"))?,
         );
         let mr_mode = info.mr_mode();

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::layout::*;
 use super::objects::*;
 use super::Info;
+use crate::memory::AnonMemory;
 
 /// One one-sided operation of a transfer: `len` bytes between `offset` in the channel's buffer
 /// and `addr` in the peer's region with `key`.
@@ -33,7 +34,7 @@ pub struct Channel {
     cq: Arc<CompletionQueue>,
     eq: Arc<EventQueue>,
     region: Option<MemoryRegion>,
-    buffer: Arc<Memory>,
+    buffer: Arc<AnonMemory>,
     /// Most operations the endpoint takes at once.
     depth: usize,
     /// Longest a transfer waits for its completions before the peer is declared gone.
@@ -56,7 +57,7 @@ impl Channel {
         let cq = CompletionQueue::open(domain, depth * 2)?;
         let ep = Endpoint::open(domain, info, &eq, &cq)?;
         let buffer = Arc::new(
-            Memory::new(buffer_len)
+            AnonMemory::new(buffer_len)
                 .map_err(|e| fail("mmap", e.raw_os_error().unwrap_or(0), e.to_string()))?,
         );
         let region = if register {
@@ -87,7 +88,7 @@ impl Channel {
     pub fn buffer(&mut self) -> &mut [u8] {
         // SAFETY: no transfer is in flight outside `transfer` (which holds `&mut self`), so
         // nothing else touches these bytes while the slice lives.
-        unsafe { std::slice::from_raw_parts_mut(self.buffer.ptr, self.buffer.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.buffer.at(0), self.buffer.len()) }
     }
 
     /// Posts `ops` (at most the endpoint's depth in flight) and returns once all of them have
@@ -104,7 +105,7 @@ impl Channel {
             while posted < ops.len() && posted - done < self.depth {
                 let op = ops[posted];
                 assert!(
-                    op.offset + op.len <= self.buffer.len,
+                    op.offset + op.len <= self.buffer.len(),
                     "transfer outside the buffer"
                 );
                 // SAFETY: a live, connected endpoint (rma table checked at open); the range is
@@ -113,7 +114,7 @@ impl Channel {
                 // The message structures are read during the call only.
                 let rc = unsafe {
                     let rma = &*(*self.ep.raw).rma;
-                    let buf = self.buffer.ptr.add(op.offset).cast();
+                    let buf = self.buffer.at(op.offset).cast();
                     if op.write {
                         // A write counts as done only once the bytes are in the peer's memory
                         // (FI_DELIVERY_COMPLETE): by default it completes when sent, and a
@@ -204,7 +205,7 @@ impl std::fmt::Debug for Channel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Channel")
             .field("depth", &self.depth)
-            .field("buffer", &self.buffer.len)
+            .field("buffer", &self.buffer.len())
             .finish()
     }
 }

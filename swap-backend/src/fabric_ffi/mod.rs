@@ -30,7 +30,7 @@ pub use channel::{Channel, Rma};
 pub use info::{FI_MR_LOCAL, FI_MR_PROV_KEY, FI_MR_VIRT_ADDR};
 pub use layout::CM_DATA_MAX;
 pub use objects::{
-    Access, CompletionQueue, Domain, Endpoint, Event, EventQueue, Fabric, FabricError, Memory,
+    Access, CompletionQueue, Domain, Endpoint, Event, EventQueue, Fabric, FabricError,
     MemoryRegion, PassiveEndpoint,
 };
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::layout::*;
 use super::{load, Info, Libfabric};
+use crate::memory::AnonMemory;
 
 // ---- errors --------------------------------------------------------------------------------
 
@@ -79,76 +80,6 @@ macro_rules! member_end {
 unsafe fn close(fid: *mut Fid) {
     // SAFETY: every fid's ops table has close (the first entry after the size).
     unsafe { ((*(*fid).ops).close)(fid) };
-}
-
-// ---- memory --------------------------------------------------------------------------------
-
-/// Page-aligned anonymous memory for registration: a server's page pool, a channel's buffer.
-#[derive(Debug)]
-pub struct Memory {
-    pub(super) ptr: *mut u8,
-    pub(super) len: usize,
-}
-
-// SAFETY: a plain mapping owned by this value; the bytes are reached only through the methods
-// below, which take `&mut self` for local access or raw pointers handed to libfabric.
-unsafe impl Send for Memory {}
-// SAFETY: as above; `&self` methods never touch the bytes except `zero`, which writes only a
-// range the caller owns (documented there).
-unsafe impl Sync for Memory {}
-
-impl Memory {
-    /// `len` bytes (rounded up to pages), zero until written; reserved lazily, so a large pool
-    /// costs only what it holds until a provider pins it.
-    pub fn new(len: usize) -> std::io::Result<Memory> {
-        let len = len.max(1).next_multiple_of(4096);
-        // SAFETY: an anonymous private mapping of a fresh range; checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Memory { ptr: p.cast(), len })
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The mapping's address, for `FI_MR_VIRT_ADDR` providers' remote addresses.
-    pub fn addr(&self) -> u64 {
-        self.ptr as u64
-    }
-
-    /// Zeroes `offset..offset + len`. The caller owns that range: no transfer may be reading
-    /// or writing it. (Stored zeros, not `MADV_DONTNEED`: a NIC that pinned the range keeps
-    /// using the old physical pages, and would never see the kernel's fresh zero pages.)
-    pub fn zero(&self, offset: usize, len: usize) {
-        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len));
-        // SAFETY: a range inside our own mapping (checked above) that, by the contract, no
-        // transfer or other thread touches meanwhile; written through the raw pointer only.
-        unsafe { std::ptr::write_bytes(self.ptr.add(offset), 0, len) };
-    }
-}
-
-impl Drop for Memory {
-    fn drop(&mut self) {
-        // SAFETY: our mapping; every region registered on it holds an Arc of it, so none is
-        // left when this runs.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
 }
 
 // ---- fabric, domain ------------------------------------------------------------------------
@@ -261,7 +192,7 @@ pub enum Access {
 /// A registered memory region: a range of a [`Memory`] with its descriptor and key.
 pub struct MemoryRegion {
     raw: *mut FidMr,
-    memory: Arc<Memory>,
+    memory: Arc<AnonMemory>,
     offset: usize,
     len: usize,
     _domain: Arc<Domain>,
@@ -277,7 +208,7 @@ impl MemoryRegion {
     /// application choose keys (not `FI_MR_PROV_KEY`); it must be unique within the domain.
     pub fn register(
         domain: &Arc<Domain>,
-        memory: &Arc<Memory>,
+        memory: &Arc<AnonMemory>,
         offset: usize,
         len: usize,
         access: Access,
@@ -294,7 +225,7 @@ impl MemoryRegion {
         let rc = unsafe {
             ((*(*domain.raw).mr).reg)(
                 &mut (*domain.raw).fid,
-                memory.ptr.add(offset).cast(),
+                memory.at(offset).cast(),
                 len,
                 access,
                 0,
