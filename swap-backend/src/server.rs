@@ -620,15 +620,16 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
         Ok(a) => a,
         Err((c, why)) => return refuse(c, why),
     };
-    let mut reader =
-        BufReader::with_capacity(256 << 10, stream.try_clone().map_err(|e| e.to_string())?);
-    let mut writer = BufWriter::with_capacity(256 << 10, stream);
+    // Counted from here: whatever happens next, the drop takes the connection back.
     let _attachment = Attachment {
         shared,
         name: name.clone(),
         ns: ns.clone(),
         peer: peer.to_string(),
     };
+    let mut reader =
+        BufReader::with_capacity(256 << 10, stream.try_clone().map_err(|e| e.to_string())?);
+    let mut writer = BufWriter::with_capacity(256 << 10, stream);
     Reply::HelloOk(HelloOk {
         page_size: PAGE_SIZE as u32,
         capacity_pages: shared.capacity_pages,
