@@ -159,7 +159,16 @@ fn load(options_str: &str) -> Result<(), String> {
                 "no server= given: evicted pages stay in this process's memory; give server=HOST:PORT for far memory (or server=local to silence this)"
             );
         }
-        Some(connect(&options)?)
+        match connect(&options) {
+            Ok(store) => Some(store),
+            Err(e) if options.fallback == options::Fallback::Local => {
+                eprintln!(
+                    "memliner: {e}; fallback=local: the JVM runs without far memory (evicted pages stay in its own memory)"
+                );
+                Some(Box::new(LocalStore::new(u64::MAX / PAGE_SIZE as u64)) as Box<dyn PageStore>)
+            }
+            Err(e) => return Err(e),
+        }
     };
     let rt = Runtime {
         options,
@@ -309,6 +318,14 @@ unsafe extern "C" fn on_vm_init(_: *mut jvmti::JvmtiEnv, _: *mut jvmti::JniEnv, 
             return;
         }
         if let Err(e) = start_paging(rt) {
+            if rt.options.fallback == options::Fallback::Local {
+                // The usual failures (no heap found, ZGC, no userfaultfd or no permission for
+                // it) come before anything is registered: the heap simply stays local.
+                eprintln!(
+                    "memliner: cannot page the Java heap: {e}; fallback=local: the JVM runs with its whole heap local"
+                );
+                return;
+            }
             eprintln!("memliner: cannot page the Java heap: {e}");
             // SAFETY: see `fatal`; nothing is paged yet, but the user asked for paging.
             unsafe { libc::_exit(1) }

@@ -21,6 +21,7 @@
 //! | `reclaim`  | `fifo` (evict in arrival order, second chance for faulted pages) or `clock` (the reclaimer unmaps pages but keeps their bytes to see which are used before evicting them) | `fifo` |
 //! | `faults`   | `signal` (the faulting thread serves its own fault from a SIGBUS handler: no thread wakes) or `thread` (fault-handler threads read userfaultfd events and wake the faulting thread; for programs whose system calls read paged-out heap memory from kernel mode) | `signal` |
 //! | `latency`  | emulated latency every store request takes at least (`3us`, `1ms`), for planning: `server=local,latency=3us` approximates an RDMA fabric; 0 turns it off | `0` |
+//! | `fallback` | `none` (the JVM does not start when the memory server cannot be used, and stops when its heap cannot be paged) or `local` (warn, and run without far memory) | `none` |
 //! | `probe`    | interval in ms of the latency probe (a remote fault timed as the faulting thread sees it), 0 turns it off | `10` |
 //!
 //! An unknown key or a bad value is an error that names the key and the valid choices.
@@ -126,6 +127,17 @@ pub enum Reclaim {
     Clock,
 }
 
+/// What the agent does when it cannot give the JVM far memory (`fallback=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// Refuse to start (at load: the memory server cannot be used) or stop the JVM (at VM
+    /// start: the heap cannot be paged), with the reason.
+    None,
+    /// Warn and run without far memory: evicted pages stay in the JVM's own memory, or the
+    /// heap stays wholly local.
+    Local,
+}
+
 /// Everything the agent was asked to do.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
@@ -145,6 +157,7 @@ pub struct Options {
     pub prefetch: usize,
     pub streams: Streams,
     pub reclaim: Reclaim,
+    pub fallback: Fallback,
     /// Latency probe interval in ms (0: off).
     pub probe_ms: u64,
     /// How faults reach the code serving them.
@@ -171,6 +184,7 @@ impl Default for Options {
             // sampling lost 10-20% on the graph and kv workloads; it wins where a hot set
             // fits and FIFO keeps pushing it out.
             reclaim: Reclaim::Fifo,
+            fallback: Fallback::None,
             probe_ms: 10,
             // The faulting thread serves its own fault: no wake on either side (a remote
             // fault's latency as its thread sees it fell 5-7x with the in-process store).
@@ -181,7 +195,7 @@ impl Default for Options {
 }
 
 const KEYS: &str =
-    "server, local, policy, prefetch, streams, stats, log, handlers, token_file, dirty, reclaim, probe, faults, latency";
+    "server, local, policy, prefetch, streams, stats, log, handlers, token_file, dirty, reclaim, probe, faults, latency, fallback";
 
 /// Parses `env` (from `MEMLINER_OPTIONS`, may be empty) then `agent` (the -agentpath string).
 pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
@@ -235,6 +249,7 @@ const DIRTY: [(&str, Dirty); 3] = [
     ("assume", Dirty::Assume),
 ];
 const RECLAIM: [(&str, Reclaim); 2] = [("clock", Reclaim::Clock), ("fifo", Reclaim::Fifo)];
+const FALLBACK: [(&str, Fallback); 2] = [("none", Fallback::None), ("local", Fallback::Local)];
 const FAULTS: [(&str, FaultDelivery); 2] = [
     ("signal", FaultDelivery::Signal),
     ("thread", FaultDelivery::Thread),
@@ -308,6 +323,7 @@ impl Options {
             "token_file" => self.token_file = Some(text("a file path")?),
             "dirty" => self.dirty = choose(value, &DIRTY).map_err(bad)?,
             "reclaim" => self.reclaim = choose(value, &RECLAIM).map_err(bad)?,
+            "fallback" => self.fallback = choose(value, &FALLBACK).map_err(bad)?,
             "probe" => {
                 self.probe_ms =
                     value.parse().ok().filter(|n| *n <= 60_000).ok_or_else(|| {
@@ -370,6 +386,9 @@ impl Options {
         }
         if self.reclaim != d.reclaim {
             put("reclaim", name_of(self.reclaim, &RECLAIM).into());
+        }
+        if self.fallback != d.fallback {
+            put("fallback", name_of(self.fallback, &FALLBACK).into());
         }
         if self.probe_ms != d.probe_ms {
             put("probe", self.probe_ms.to_string());
@@ -476,7 +495,7 @@ mod tests {
             "server=local",
             "server=tcp://127.0.0.1:7070+mem2:7071,local=25%,policy=baseline",
             "local=12.5%,prefetch=0,streams=class,stats=/tmp/s.json,log=debug,handlers=4",
-            "local=512m,token_file=/tmp/t,dirty=assume,reclaim=clock,probe=0,faults=thread",
+            "local=512m,token_file=/tmp/t,dirty=assume,reclaim=clock,probe=0,faults=thread,fallback=local",
             "server=local,latency=3us",
             "server=[::1]:9,dirty=track,policy=off",
         ];

@@ -84,6 +84,10 @@ enum Cmd {
         /// MEMLINER_AGENT_OPTS).
         #[arg(long, value_name = "VAR")]
         agent_env: Option<String>,
+        /// When far memory cannot be had (the server cannot be used, the heap cannot be
+        /// paged): none (the JVM does not run; the default) or local (warn, run without it).
+        #[arg(long, value_name = "none|local")]
+        fallback: Option<String>,
         /// How the JVM reaches the embedded server (without --server): tcp, or fabric for
         /// one-sided reads and writes through libfabric.
         #[arg(long, value_enum, default_value_t = Transport::Tcp)]
@@ -246,6 +250,7 @@ fn main() -> ExitCode {
             gc_hooks,
             agent_env,
             transport,
+            fallback,
             quiet,
             command,
         } => {
@@ -273,6 +278,7 @@ fn main() -> ExitCode {
                 gc_hooks,
                 agent_env,
                 transport,
+                fallback,
             };
             match launch(&cfg, &command, false) {
                 Ok(out) => {

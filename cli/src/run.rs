@@ -44,6 +44,8 @@ pub struct RunConfig {
     pub agent_env: Option<String>,
     /// How the JVM reaches the embedded server (when `server` is `None`).
     pub transport: Transport,
+    /// `fallback=` value: `none` or `local`.
+    pub fallback: Option<String>,
 }
 
 /// How pages travel to the embedded memory server.
@@ -77,6 +79,7 @@ impl Default for RunConfig {
             gc_hooks: GcHooks::Auto,
             agent_env: None,
             transport: Transport::Tcp,
+            fallback: None,
         }
     }
 }
@@ -183,6 +186,7 @@ pub fn agent_options(
         ("reclaim", cfg.reclaim.as_deref()),
         ("faults", cfg.faults.as_deref()),
         ("latency", cfg.latency.as_deref()),
+        ("fallback", cfg.fallback.as_deref()),
     ];
     for (key, value) in given {
         if let Some(v) = value {

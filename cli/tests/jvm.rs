@@ -776,6 +776,42 @@ fn unreachable_server_is_reported_before_the_jvm_runs() {
     );
 }
 
+/// `fallback=local`: the same unreachable server, but the JVM runs (on local memory) with one
+/// line saying why; a ZGC heap, which cannot be paged, stays local the same way.
+#[test]
+fn fallback_local_runs_the_jvm_without_far_memory_and_says_why() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = java_with_agent(&format!("server=127.0.0.1:{port},fallback=local"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let ours: Vec<&str> = err.lines().filter(|l| l.starts_with("memliner:")).collect();
+    assert_eq!(ours.len(), 1, "{err}");
+    assert!(
+        ours[0].contains(&format!("cannot use memory server tcp://127.0.0.1:{port}"))
+            && ours[0].contains("fallback=local: the JVM runs without far memory"),
+        "{err}"
+    );
+    let out = Command::new(java())
+        .arg(format!(
+            "-agentpath:{}=server=local,local=25%,fallback=local",
+            locate::agent().unwrap().display()
+        ))
+        .args(["-XX:+UseZGC", "-Xmx64m", "-version"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("memliner: cannot page the Java heap: ")
+            && err.contains("fallback=local: the JVM runs with its whole heap local"),
+        "{err}"
+    );
+}
+
 #[test]
 fn options_come_from_java_tool_options_and_memliner_options() {
     let dir = std::env::temp_dir().join(format!("memliner-test-{}", std::process::id()));
