@@ -398,7 +398,13 @@ fn server(url: &ServerUrl) -> Check {
     let name = format!("server {url}");
     let options = ClientOptions {
         token: std::env::var("MEMLINER_TOKEN").unwrap_or_default(),
-        namespace: format!("memliner-doctor/{}", std::process::id()),
+        // One namespace per check: two checks of one server must not meet in one namespace
+        // (the second would be refused as another client).
+        namespace: {
+            static CHECKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = CHECKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            format!("memliner-doctor/{}/{n}", std::process::id())
+        },
         connections: 1,
     };
     let reached = match url.scheme {
