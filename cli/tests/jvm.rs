@@ -406,7 +406,13 @@ fn heap_that_grows_and_shrinks_is_followed() {
         let s = out.stats.unwrap();
         let pager = s.pager.as_ref().unwrap();
         assert!(pager.unmap_events > 0, "{gc}: the heap never re-mapped");
-        assert!(pager.peak_resident_pages <= pager.budget_pages + SLACK_PAGES);
+        assert!(
+            pager.peak_resident_pages <= pager.budget_pages + SLACK_PAGES,
+            "{gc} -Xms8m: peak resident {} pages over a budget of {} (+{SLACK_PAGES} slack), {} unmap events",
+            pager.peak_resident_pages,
+            pager.budget_pages,
+            pager.unmap_events
+        );
     }
 }
 
