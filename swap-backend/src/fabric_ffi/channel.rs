@@ -32,7 +32,6 @@ pub struct Channel {
     // and the memory it points into.
     ep: Endpoint,
     cq: Arc<CompletionQueue>,
-    eq: Arc<EventQueue>,
     region: Option<MemoryRegion>,
     buffer: Arc<AnonMemory>,
     /// Most operations the endpoint takes at once.
@@ -76,7 +75,6 @@ impl Channel {
         Ok(Channel {
             ep,
             cq,
-            eq,
             region,
             buffer,
             depth,
@@ -193,11 +191,6 @@ impl Channel {
             }
         }
         Ok(())
-    }
-
-    /// Keeps the event queue alive as long as the endpoint bound to it.
-    pub fn event_queue(&self) -> &Arc<EventQueue> {
-        &self.eq
     }
 }
 
