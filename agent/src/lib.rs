@@ -34,7 +34,8 @@ use options::{LogLevel, Options, Policy};
 use pager::{Pager, PagerConfig};
 use swap_backend::fabric::FabricStore;
 use swap_backend::{
-    ClientOptions, LocalStore, PageStore, Scheme, StripedStore, TcpStore, PAGE_SIZE,
+    ClientOptions, LocalStore, Member, PageStore, ReplicatedStore, Scheme, ServerUrl, TcpStore,
+    PAGE_SIZE,
 };
 
 /// Exit status of a JVM stopped because a page could not be served correctly.
@@ -125,25 +126,44 @@ fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
     let token =
         swap_backend::auth::load_token(options.token_file.as_deref().map(std::path::Path::new))?
             .unwrap_or_default();
-    let mut stores: Vec<Box<dyn PageStore>> = Vec::new();
-    for s in &options.servers {
-        let tcp = ClientOptions {
+    let connections = demand_connections(options);
+    let open = move |url: &ServerUrl, namespace: String| {
+        let client = ClientOptions {
             token: token.clone(),
-            namespace: namespace.clone(),
-            connections: demand_connections(options),
+            namespace,
+            connections,
         };
-        let store: Box<dyn PageStore> = match s.scheme {
-            Scheme::Tcp => TcpStore::connect(&s.authority(), tcp).map(|s| Box::new(s) as _),
-            Scheme::Fabric => FabricStore::connect(&s.authority(), tcp).map(|s| Box::new(s) as _),
+        match url.scheme {
+            Scheme::Tcp => TcpStore::connect(&url.authority(), client)
+                .map(|s| Box::new(s) as Box<dyn PageStore>),
+            Scheme::Fabric => FabricStore::connect(&url.authority(), client)
+                .map(|s| Box::new(s) as Box<dyn PageStore>),
         }
-        .map_err(|e| format!("cannot use memory server {s}: {e}"))?;
-        stores.push(store);
+    };
+    if let [url] = options.servers.as_slice() {
+        return open(url, namespace).map_err(|e| format!("cannot use memory server {url}: {e}"));
     }
-    Ok(if stores.len() == 1 {
-        stores.pop().unwrap()
-    } else {
-        Box::new(StripedStore::new(stores))
-    })
+    let open = std::sync::Arc::new(open);
+    let members = options
+        .servers
+        .iter()
+        .map(|url| {
+            let (open, url, namespace) = (open.clone(), url.clone(), namespace.clone());
+            // After a loss, a namespace of its own: nothing the server kept from before (a
+            // namespace in its grace period) can be read as current.
+            Member::new(
+                url.to_string(),
+                Box::new(move |incarnation| {
+                    let ns = match incarnation {
+                        0 => namespace.clone(),
+                        n => format!("{namespace}/{n}"),
+                    };
+                    open(&url, ns)
+                }),
+            )
+        })
+        .collect();
+    Ok(Box::new(ReplicatedStore::new(members, options.replicas())?))
 }
 
 fn load(options_str: &str) -> Result<(), String> {

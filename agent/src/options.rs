@@ -8,7 +8,8 @@
 //!
 //! | key        | value                                   | default |
 //! |------------|-----------------------------------------|---------|
-//! | `server`   | a memory server's URL, `tcp://HOST:PORT` (or just `HOST:PORT`), several joined by `+` (pages striped over them), or `local` (in-process store, for tests) | `local` |
+//! | `server`   | a memory server's URL, `tcp://HOST:PORT`, `fabric://HOST:PORT` (or just `HOST:PORT`), several joined by `+` (pages spread over them, see `replicas`), or `local` (in-process store, for tests) | `local` |
+//! | `replicas` | copies of each page, on as many of the servers (1 to their number): a write completes when each copy is written, a read is served by any, a lost server's pages are copied again | `2` with two or more servers, else `1` |
 //! | `local`    | local budget: percent of the heap (`25%`) or a size (`512m`, `2g`) | `100%` |
 //! | `policy`   | `memliner` (GC-aware), `baseline` (like kernel swap) or `off` (agent loaded, heap not paged) | `memliner` |
 //! | `prefetch` | largest prefetch window in pages, 0 turns prefetching off | `32` |
@@ -145,6 +146,8 @@ pub struct Options {
     pub servers: Vec<ServerUrl>,
     /// Whether `server=` was given at all (the in-process default deserves a warning).
     pub server_given: bool,
+    /// Copies of each page (`None`: [`Options::replicas`]'s default).
+    pub replicas: Option<usize>,
     pub budget: Budget,
     pub policy: Policy,
     pub stats: Option<String>,
@@ -171,6 +174,7 @@ impl Default for Options {
         Options {
             servers: Vec::new(),
             server_given: false,
+            replicas: None,
             budget: Budget::Percent(100.0),
             policy: Policy::MemLiner,
             stats: None,
@@ -195,7 +199,7 @@ impl Default for Options {
 }
 
 const KEYS: &str =
-    "server, local, policy, prefetch, streams, stats, log, handlers, token_file, dirty, reclaim, probe, faults, latency, fallback";
+    "server, replicas, local, policy, prefetch, streams, stats, log, handlers, token_file, dirty, reclaim, probe, faults, latency, fallback";
 
 /// Parses `env` (from `MEMLINER_OPTIONS`, may be empty) then `agent` (the -agentpath string).
 pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
@@ -208,6 +212,7 @@ pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
             o.set(key, value)?;
         }
     }
+    o.check()?;
     Ok(o)
 }
 
@@ -256,6 +261,25 @@ const FAULTS: [(&str, FaultDelivery); 2] = [
 ];
 
 impl Options {
+    /// Copies of each page: as asked, else two wherever there are two servers or more.
+    pub fn replicas(&self) -> usize {
+        self.replicas
+            .unwrap_or(if self.servers.len() >= 2 { 2 } else { 1 })
+    }
+
+    /// What no single key can check: the options together.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(r) = self.replicas {
+            let n = self.servers.len().max(1);
+            if r > n {
+                return Err(format!(
+                    "bad value for 'replicas': '{r}': {r} copies need {r} memory servers, and server= gives {n}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Sets one option from its string form, as `key=value` in the option string sets it.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         let bad = |what: String| format!("bad value for '{key}': '{value}': {what}");
@@ -307,6 +331,20 @@ impl Options {
             "streams" => self.streams = choose(value, &STREAMS).map_err(bad)?,
             "stats" => self.stats = Some(text("a file path")?),
             "log" => self.log = choose(value, &LOGS).map_err(bad)?,
+            "replicas" => {
+                self.replicas = Some(
+                    value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=swap_backend::replica::MAX_SERVERS).contains(n))
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "expected a number of copies from 1 to {}",
+                                swap_backend::replica::MAX_SERVERS
+                            ))
+                        })?,
+                )
+            }
             "handlers" => {
                 self.handlers = value
                     .parse()
@@ -356,6 +394,9 @@ impl Options {
                     s.join("+")
                 },
             );
+        }
+        if let Some(r) = self.replicas {
+            put("replicas", r.to_string());
         }
         if self.budget != d.budget {
             put("local", self.budget.to_string());

@@ -27,10 +27,14 @@ enum Cmd {
         /// Local memory budget: percent of the heap (25%) or a size (512m, 2g).
         #[arg(long, default_value = "25%")]
         local: String,
-        /// Memory server(s) as URLs, tcp://HOST:PORT (or HOST:PORT), several joined by '+';
-        /// default: an embedded server on loopback, started for this run.
+        /// Memory server as a URL, tcp://HOST:PORT, fabric://HOST:PORT (or HOST:PORT); give it
+        /// again for more servers (or join URLs with '+'); default: an embedded server on
+        /// loopback, started for this run.
         #[arg(long)]
-        server: Option<String>,
+        server: Vec<String>,
+        /// Copies of each page, on as many servers (default 2 with two servers or more, else 1).
+        #[arg(long)]
+        replicas: Option<usize>,
         /// Paging policy: memliner (GC-aware), baseline (like kernel swap) or off (not paged).
         #[arg(long, default_value = "memliner")]
         policy: String,
@@ -235,6 +239,7 @@ fn main() -> ExitCode {
         Cmd::Run {
             local,
             server,
+            replicas,
             policy,
             prefetch,
             streams,
@@ -257,6 +262,7 @@ fn main() -> ExitCode {
             if token.is_some() {
                 return fail("--token: a token on the command line is readable by every user (/proc/PID/cmdline), the JVM's too; put it in a file for --token-file, or in MEMLINER_TOKEN");
             }
+            let server = (!server.is_empty()).then(|| server.join("+"));
             if server.is_some() && transport != Transport::Tcp {
                 return fail("--transport is for the embedded server: give the server's URL (fabric://HOST:PORT) to --server instead");
             }
@@ -264,6 +270,7 @@ fn main() -> ExitCode {
                 agent: true,
                 local,
                 server,
+                replicas,
                 policy,
                 stats,
                 log,

@@ -18,6 +18,8 @@ pub struct RunConfig {
     /// Memory servers (`tcp://HOST:PORT` or `HOST:PORT`, several joined by `+`); `None` starts
     /// an embedded one.
     pub server: Option<String>,
+    /// `replicas=` value: copies of each page (default: the agent's).
+    pub replicas: Option<usize>,
     pub policy: String,
     pub stats: Option<PathBuf>,
     pub log: Option<String>,
@@ -65,6 +67,7 @@ impl Default for RunConfig {
             agent: true,
             local: "100%".into(),
             server: None,
+            replicas: None,
             policy: "memliner".into(),
             stats: None,
             log: None,
@@ -193,12 +196,16 @@ pub fn agent_options(
             o.set(key, v)?;
         }
     }
+    if let Some(r) = cfg.replicas {
+        o.set("replicas", &r.to_string())?;
+    }
     if let Some(h) = cfg.handlers {
         o.set("handlers", &h.to_string())?;
     }
     if let Some(p) = cfg.prefetch {
         o.set("prefetch", &p.to_string())?;
     }
+    o.check()?;
     Ok(o)
 }
 

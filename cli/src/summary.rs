@@ -27,6 +27,9 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
             "handler threads"
         },
     ));
+    if let Some(r) = &pager.replication {
+        out.push(replication_line(r));
+    }
     let faults = &stats.faults;
     let total = faults.total.max(1);
     let classes: Vec<String> = faults
@@ -135,6 +138,29 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
         stats.gc.pause_total_ms,
     ));
     out
+}
+
+/// The memory servers' part: copies, each server's losses and rejoins, pages lost.
+fn replication_line(r: &swap_backend::replica::ReplicationStats) -> String {
+    let servers: Vec<String> = r
+        .servers
+        .iter()
+        .map(|s| {
+            let mut t = format!("{} {}", s.server, if s.up { "up" } else { "DOWN" });
+            if s.losses > 0 {
+                t += &format!(" (lost {}x, rejoined {}x)", s.losses, s.rejoins);
+            }
+            t
+        })
+        .collect();
+    format!(
+        "{} copies of each page on {}; pages copied again {}, reads failed over {}, pages lost {}",
+        r.replicas,
+        servers.join(", "),
+        r.pages_recopied,
+        r.reads_failed_over,
+        r.pages_lost
+    )
 }
 
 #[cfg(test)]

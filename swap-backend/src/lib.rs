@@ -14,6 +14,7 @@ pub mod fabric_ffi;
 pub mod memory;
 pub mod protocol;
 pub mod rdma_stack;
+pub mod replica;
 pub mod server;
 pub mod spin;
 pub mod store;
@@ -23,8 +24,7 @@ pub mod url;
 
 pub use protocol::Lane;
 pub use protocol::PAGE_SIZE;
-pub use store::{
-    set_thread_lane, ClientOptions, LatencyStore, LocalStore, PageStore, StoreError, StripedStore,
-};
+pub use replica::{Member, ReplicatedStore};
+pub use store::{set_thread_lane, ClientOptions, LatencyStore, LocalStore, PageStore, StoreError};
 pub use tcp::TcpStore;
 pub use url::{ListenUrl, Scheme, ServerUrl};

@@ -1,5 +1,5 @@
 //! The `PageStore` interface the pager writes evicted pages to and reads them back from, the
-//! in-process store, and the striping store that spreads pages over several servers.
+//! in-process store, and the store that adds emulated latency (several servers: `replica`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -85,6 +85,10 @@ pub trait PageStore: Send + Sync {
     /// Which store holds `id`: the same as `describe` unless the store spreads pages.
     fn describe_page(&self, _id: u64) -> String {
         self.describe()
+    }
+    /// Where each server stands, for a store that replicates pages over several.
+    fn replication(&self) -> Option<crate::replica::ReplicationStats> {
+        None
     }
 }
 
@@ -246,89 +250,9 @@ impl PageStore for LatencyStore {
     fn describe_page(&self, id: u64) -> String {
         self.inner.describe_page(id)
     }
-}
 
-/// Spreads pages over several stores in stripes of [`StripedStore::STRIPE_PAGES`] pages, so that
-/// capacity and bandwidth add up while neighbouring pages still travel in one batch.
-pub struct StripedStore {
-    stores: Vec<Box<dyn PageStore>>,
-}
-
-impl StripedStore {
-    pub const STRIPE_PAGES: u64 = 64;
-
-    /// `stores` must not be empty.
-    pub fn new(stores: Vec<Box<dyn PageStore>>) -> Self {
-        assert!(!stores.is_empty());
-        StripedStore { stores }
-    }
-
-    fn index(&self, id: u64) -> usize {
-        ((id / Self::STRIPE_PAGES) % self.stores.len() as u64) as usize
-    }
-
-    /// Splits a batch by store: each store that holds some of `ids`, with the positions in
-    /// `ids` of its pages and their ids.
-    fn parts<'a>(
-        &'a self,
-        ids: &'a [u64],
-    ) -> impl Iterator<Item = (&'a dyn PageStore, Vec<usize>, Vec<u64>)> + 'a {
-        let mut positions = vec![Vec::new(); self.stores.len()];
-        for (pos, id) in ids.iter().enumerate() {
-            positions[self.index(*id)].push(pos);
-        }
-        self.stores
-            .iter()
-            .zip(positions)
-            .filter(|(_, p)| !p.is_empty())
-            .map(move |(store, p)| {
-                let sub = p.iter().map(|&i| ids[i]).collect();
-                (store.as_ref(), p, sub)
-            })
-    }
-}
-
-impl PageStore for StripedStore {
-    fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
-        for (store, positions, sub) in self.parts(ids) {
-            let mut buf = vec![0u8; sub.len() * PAGE_SIZE];
-            store.read_pages(&sub, &mut buf)?;
-            for (src, &p) in buf.chunks_exact(PAGE_SIZE).zip(&positions) {
-                out[p * PAGE_SIZE..(p + 1) * PAGE_SIZE].copy_from_slice(src);
-            }
-        }
-        Ok(())
-    }
-
-    fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
-        for (store, positions, sub) in self.parts(ids) {
-            let buf: Vec<u8> = positions
-                .iter()
-                .flat_map(|&p| &data[p * PAGE_SIZE..(p + 1) * PAGE_SIZE])
-                .copied()
-                .collect();
-            store.write_pages(&sub, &buf)?;
-        }
-        Ok(())
-    }
-
-    fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
-        for (store, _, sub) in self.parts(ids) {
-            store.free_pages(&sub)?;
-        }
-        Ok(())
-    }
-
-    fn describe(&self) -> String {
-        self.stores
-            .iter()
-            .map(|s| s.describe())
-            .collect::<Vec<_>>()
-            .join("+")
-    }
-
-    fn describe_page(&self, id: u64) -> String {
-        self.stores[self.index(id)].describe()
+    fn replication(&self) -> Option<crate::replica::ReplicationStats> {
+        self.inner.replication()
     }
 }
 
@@ -336,14 +260,6 @@ impl std::fmt::Debug for LocalStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalStore")
             .field("pages", &self.len())
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for StripedStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StripedStore")
-            .field("stores", &self.describe())
             .finish()
     }
 }

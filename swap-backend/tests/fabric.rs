@@ -7,7 +7,7 @@
 use swap_backend::conformance::{self, pattern, MIN_CAPACITY_PAGES};
 use swap_backend::fabric::FabricStore;
 use swap_backend::server::{self, ServerConfig, ServerHandle};
-use swap_backend::{ClientOptions, PageStore, PAGE_SIZE};
+use swap_backend::{ClientOptions, Member, PageStore, ReplicatedStore, PAGE_SIZE};
 
 fn config(capacity_pages: u64) -> ServerConfig {
     ServerConfig {
@@ -182,9 +182,51 @@ fn pages_striped_over_two_one_sided_servers_conform() {
     let (Some(a), Some(b)) = (start(MIN_CAPACITY_PAGES), start(MIN_CAPACITY_PAGES)) else {
         return;
     };
-    let striped =
-        swap_backend::StripedStore::new(vec![Box::new(client(&a, "x")), Box::new(client(&b, "x"))]);
+    let striped = ReplicatedStore::new(
+        vec![
+            Member::connected(Box::new(client(&a, "x"))),
+            Member::connected(Box::new(client(&b, "x"))),
+        ],
+        1,
+    )
+    .unwrap();
     conformance::run_all(&striped);
     assert!(striped.describe_page(0).starts_with("fabric://"));
     assert_ne!(striped.describe_page(0), striped.describe_page(64));
+}
+
+#[test]
+fn replicated_one_sided_pages_survive_a_restart_then_a_loss() {
+    let (Some(a), Some(b)) = (start(MIN_CAPACITY_PAGES), start(MIN_CAPACITY_PAGES)) else {
+        return;
+    };
+    let member = |addr: std::net::SocketAddr| {
+        Member::new(
+            format!("fabric://{addr}"),
+            Box::new(move |incarnation| {
+                FabricStore::connect(
+                    &addr.to_string(),
+                    ClientOptions {
+                        token: String::new(),
+                        namespace: format!("replicated.{incarnation}"),
+                        connections: 2,
+                    },
+                )
+                .map(|s| Box::new(s) as Box<dyn PageStore>)
+            }),
+        )
+    };
+    let a_addr = a.local_addr();
+    let store = ReplicatedStore::new(vec![member(a_addr), member(b.local_addr())], 2).unwrap();
+    let restarted = std::sync::Mutex::new(None);
+    conformance::replicas_survive_a_restart_then_a_loss(
+        &store,
+        || {
+            a.stop();
+            let again = server::spawn(&a_addr.to_string(), config(MIN_CAPACITY_PAGES))
+                .unwrap_or_else(|e| panic!("fabric server again: {e}"));
+            *restarted.lock().unwrap() = Some(again);
+        },
+        || b.stop(),
+    );
 }

@@ -3,10 +3,13 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
+use std::sync::Mutex;
+
 use swap_backend::conformance::{self, pattern, MIN_CAPACITY_PAGES};
 use swap_backend::server::{self, ServerConfig, ServerHandle};
 use swap_backend::{
-    ClientOptions, LatencyStore, LocalStore, PageStore, StripedStore, TcpStore, PAGE_SIZE,
+    ClientOptions, LatencyStore, LocalStore, Member, PageStore, ReplicatedStore, TcpStore,
+    PAGE_SIZE,
 };
 
 fn start(capacity_pages: u64, token: Option<&str>) -> ServerHandle {
@@ -80,15 +83,19 @@ fn tcp_store_conforms() {
 }
 
 #[test]
-fn striped_store_over_two_servers_conforms_and_spreads_pages() {
+fn pages_striped_over_two_servers_conform_and_spread() {
     let (a, b) = (
         start(MIN_CAPACITY_PAGES, None),
         start(MIN_CAPACITY_PAGES, None),
     );
-    let striped = StripedStore::new(vec![
-        Box::new(client(&a, "x", "")),
-        Box::new(client(&b, "x", "")),
-    ]);
+    let striped = ReplicatedStore::new(
+        vec![
+            Member::connected(Box::new(client(&a, "x", ""))),
+            Member::connected(Box::new(client(&b, "x", ""))),
+        ],
+        1,
+    )
+    .unwrap();
     conformance::run_all(&striped);
     let ids: Vec<u64> = (0..256).collect();
     let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 9)).collect();
@@ -456,4 +463,50 @@ fn a_connection_flood_is_bounded_and_connected_clients_keep_working() {
         "{err}"
     );
     drop((first, more));
+}
+
+/// A member that reconnects to `addr`, in a namespace of its own each time.
+fn reconnecting(addr: std::net::SocketAddr) -> Member {
+    Member::new(
+        format!("tcp://{addr}"),
+        Box::new(move |incarnation| {
+            TcpStore::connect(
+                &addr.to_string(),
+                ClientOptions {
+                    token: String::new(),
+                    namespace: format!("replicated.{incarnation}"),
+                    connections: 2,
+                },
+            )
+            .map(|s| Box::new(s) as Box<dyn PageStore>)
+        }),
+    )
+}
+
+#[test]
+fn replicated_pages_survive_a_restart_then_a_loss() {
+    let (a, b) = (
+        start(MIN_CAPACITY_PAGES, None),
+        start(MIN_CAPACITY_PAGES, None),
+    );
+    let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
+    let store = ReplicatedStore::new(vec![reconnecting(a_addr), reconnecting(b_addr)], 2).unwrap();
+    conformance::run_all(&store);
+    let restarted = Mutex::new(None);
+    conformance::replicas_survive_a_restart_then_a_loss(
+        &store,
+        || {
+            a.stop();
+            let again = server::spawn(
+                &a_addr.to_string(),
+                ServerConfig::with_capacity(MIN_CAPACITY_PAGES * PAGE_SIZE as u64),
+            )
+            .unwrap();
+            *restarted.lock().unwrap() = Some(again);
+        },
+        || b.stop(),
+    );
+    // The restarted server holds the copies, in the namespace of the store's new incarnation.
+    let again = restarted.lock().unwrap().take().unwrap();
+    assert!(again.pages_stored() >= 512, "{}", again.pages_stored());
 }

@@ -535,6 +535,11 @@ impl Pager {
         self.shared.store.describe()
     }
 
+    /// Where each memory server stands, when pages are replicated over several.
+    pub fn replication(&self) -> Option<swap_backend::replica::ReplicationStats> {
+        self.shared.store.replication()
+    }
+
     /// Whether reclaim batches its `MADV_DONTNEED` with one process_madvise call.
     pub fn uses_process_madvise(&self) -> bool {
         matches!(self.shared.madvise, os::Madvise::Process(_))

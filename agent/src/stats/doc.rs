@@ -89,6 +89,9 @@ pub struct PagerDoc {
     pub heap_pages: u64,
     /// The page store, as a URL (`tcp://HOST:PORT`, `local`).
     pub store: String,
+    /// With several memory servers: each one's state, losses and rejoins, and the copies.
+    #[serde(default)]
+    pub replication: Option<swap_backend::replica::ReplicationStats>,
     /// How faults were delivered: `signal` or `thread`.
     pub delivery: String,
     /// Faults served by the faulting thread itself (`faults=signal`).
@@ -381,6 +384,7 @@ impl StatsDoc {
                 resident_pages_mincore: 3990,
                 heap_pages: 16384,
                 store: "tcp://127.0.0.1:1".into(),
+                replication: None,
                 delivery: "signal".into(),
                 signal_faults: 90,
                 discard: "process_madvise".into(),

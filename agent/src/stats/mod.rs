@@ -165,6 +165,7 @@ fn pager_doc(p: &Pager, remote_faults: u64) -> PagerDoc {
         resident_pages_mincore: p.mincore_resident_pages() as u64,
         heap_pages: p.npages() as u64,
         store: p.store_description(),
+        replication: p.replication(),
         delivery: p.delivery().name().into(),
         signal_faults: ld(&c.signal_faults),
         discard: if p.uses_process_madvise() {

@@ -1,0 +1,376 @@
+//! Memory server processes killed with SIGKILL under running JVMs that keep two copies of every
+//! page on two servers: every run completes with the right checksum, no page is lost, and the
+//! killed server, started again on its port, rejoins without the JVM restarting.
+//!
+//! `kill_nine_mid_run` does `MEMLINER_FAILOVER_RUNS` runs (default 4: graph and kv under G1
+//! and Shenandoah once each); `soak` runs kv JVMs one after another for `MEMLINER_SOAK_SECS`
+//! (default 60) while one server is killed and restarted every `MEMLINER_SOAK_RESTART_SECS`
+//! (default 20). `scripts/soak.sh` runs both at length. `MEMLINER_FAILOVER_SEED` replays a
+//! run's random moments (each test prints its seed).
+//!
+//! Needs `cargo build --release --workspace` first; `scripts/test.sh` does both.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use memliner_agent::stats::doc::StatsDoc;
+use memliner_cli::locate;
+use memliner_cli::run::{launch, RunConfig, RunOutcome};
+use memliner_cli::workloads::{self, Workload};
+use swap_backend::replica::ReplicationStats;
+use swap_backend::{ClientOptions, TcpStore};
+
+const HEAP: &str = "32m";
+
+fn env_number(key: &str, default: u64) -> u64 {
+    std::env::var(key)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{key}={v}: not a number"))
+        })
+        .unwrap_or(default)
+}
+
+/// xorshift64*, seeded from the clock unless `MEMLINER_FAILOVER_SEED` says.
+struct Rng(u64);
+
+impl Rng {
+    fn new(what: &str) -> Rng {
+        let seed = env_number(
+            "MEMLINER_FAILOVER_SEED",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1,
+        );
+        eprintln!("{what}: MEMLINER_FAILOVER_SEED={seed}");
+        Rng(seed)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A duration uniformly between `lo` and `hi`.
+    fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        lo + Duration::from_micros(self.next() % (hi - lo).as_micros().max(1) as u64)
+    }
+}
+
+fn memliner() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_memliner"))
+}
+
+/// A `memliner server` process on a port of its own, started again on the same port after a
+/// kill, as an operator's supervisor would.
+struct Server {
+    port: u16,
+    child: Child,
+    /// A client of the running instance that holds nothing, to read the server's figures.
+    probe: TcpStore,
+    starts: u32,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let (child, probe) = Server::spawn(port);
+        Server {
+            port,
+            child,
+            probe,
+            starts: 1,
+        }
+    }
+
+    // The child is returned to a `Server`, whose drop waits for it.
+    #[allow(clippy::zombie_processes)]
+    fn spawn(port: u16) -> (Child, TcpStore) {
+        let mut child = memliner()
+            .args(["server", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--capacity", "2g"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Up once it answers a hello (bounded by attempts, not by a sleep).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let probe = TcpStore::connect(
+                &format!("127.0.0.1:{port}"),
+                ClientOptions {
+                    namespace: "failover-probe".into(),
+                    connections: 1,
+                    ..Default::default()
+                },
+            );
+            if let Ok(p) = probe {
+                return (child, p);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("server on {port} never came up");
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("tcp://127.0.0.1:{}", self.port)
+    }
+
+    /// Pages the server holds for all its clients.
+    fn pages(&self) -> u64 {
+        self.probe.server_stats().map_or(0, |s| s.pages_stored)
+    }
+
+    fn kill_nine(&mut self) {
+        self.child.kill().unwrap(); // SIGKILL
+        self.child.wait().unwrap();
+    }
+
+    fn restart(&mut self) {
+        (self.child, self.probe) = Server::spawn(self.port);
+        self.starts += 1;
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn command(w: Workload, gc: &str) -> Vec<String> {
+    static CLASSES: OnceLock<std::path::PathBuf> = OnceLock::new();
+    let classes = CLASSES
+        .get_or_init(|| workloads::ensure_built(&locate::project_root().unwrap()).expect("javac"));
+    let mut c = vec![
+        locate::java().display().to_string(),
+        format!("-XX:+Use{gc}GC"),
+        format!("-Xms{HEAP}"),
+        format!("-Xmx{HEAP}"),
+        "-cp".into(),
+        classes.display().to_string(),
+        w.class().into(),
+    ];
+    // Long enough (15-25 s at 25% here) for a kill, a restart and a rejoin mid-run.
+    let args: &[&str] = match w {
+        Workload::Graph => &["--nodes", "30000", "--rounds", "12"],
+        Workload::Kv => &["--keys", "60000", "--ops", "200000", "--capacity", "30000"],
+    };
+    c.extend(args.iter().map(|s| s.to_string()));
+    c
+}
+
+/// The all-local checksum, without the agent.
+fn reference(w: Workload) -> String {
+    static R: OnceLock<std::sync::Mutex<Vec<(Workload, String)>>> = OnceLock::new();
+    let all = R.get_or_init(Default::default);
+    if let Some((_, c)) = all.lock().unwrap().iter().find(|(x, _)| *x == w) {
+        return c.clone();
+    }
+    let cfg = RunConfig {
+        agent: false,
+        ..RunConfig::default()
+    };
+    let out = launch(&cfg, &command(w, "G1"), true).unwrap();
+    let c = checksum(&out, "reference");
+    all.lock().unwrap().push((w, c.clone()));
+    c
+}
+
+fn checksum(out: &RunOutcome, what: &str) -> String {
+    let r = workloads::parse_result(&out.stdout)
+        .unwrap_or_else(|| panic!("{what}: no RESULT line\nstderr: {}", out.stderr));
+    assert!(
+        out.status.success(),
+        "{what}: exit {}\nstderr: {}",
+        out.status,
+        out.stderr
+    );
+    assert_eq!(workloads::field(&r, "verified"), Some("true"), "{what}");
+    workloads::field(&r, "checksum").unwrap().to_string()
+}
+
+/// Starts `w` under `gc` at 25% local with two copies of each page on `servers`.
+fn start_jvm(
+    w: Workload,
+    gc: &str,
+    servers: &[&Server],
+    stats: std::path::PathBuf,
+) -> std::thread::JoinHandle<RunOutcome> {
+    let cfg = RunConfig {
+        local: "25%".into(),
+        server: Some(
+            servers
+                .iter()
+                .map(|s| s.url())
+                .collect::<Vec<_>>()
+                .join("+"),
+        ),
+        stats: Some(stats),
+        ..RunConfig::default()
+    };
+    let cmd = command(w, gc);
+    std::thread::spawn(move || launch(&cfg, &cmd, true).unwrap())
+}
+
+/// Checks a finished run: right checksum, no page lost; returns its replication figures.
+fn check_run(out: &RunOutcome, w: Workload, what: &str) -> ReplicationStats {
+    assert_eq!(checksum(out, what), reference(w), "{what}: checksum");
+    let stats: &StatsDoc = out.stats.as_ref().expect("stats");
+    let r = stats
+        .pager
+        .as_ref()
+        .and_then(|p| p.replication.clone())
+        .unwrap_or_else(|| panic!("{what}: no replication figures"));
+    assert_eq!(r.replicas, 2, "{what}");
+    assert_eq!(r.pages_lost, 0, "{what}: pages lost: {r:?}");
+    r
+}
+
+fn temp(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("memliner-failover-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn kill_nine_mid_run() {
+    let runs = env_number("MEMLINER_FAILOVER_RUNS", 4);
+    let mut rng = Rng::new("kill_nine_mid_run");
+    let mut servers = [Server::start(), Server::start()];
+    let cells: Vec<(Workload, &str)> = [Workload::Graph, Workload::Kv]
+        .into_iter()
+        .flat_map(|w| ["G1", "Shenandoah"].map(|gc| (w, gc)))
+        .collect();
+    let (mut done, mut attempts) = (0u64, 0u64);
+    while done < runs {
+        attempts += 1;
+        assert!(
+            attempts <= runs * 2,
+            "too many runs ended before their kill"
+        );
+        let (w, gc) = cells[(done % cells.len() as u64) as usize];
+        let victim = (rng.next() % 2) as usize;
+        let what = format!(
+            "run {} ({} {gc}, kill -9 of server {victim})",
+            done + 1,
+            w.name()
+        );
+        let before = [servers[0].pages(), servers[1].pages()];
+        let jvm = start_jvm(w, gc, &[&servers[0], &servers[1]], temp("kill.json"));
+        // A random moment once the JVM depends on both servers.
+        let at = Instant::now() + rng.between(Duration::from_millis(500), Duration::from_secs(5));
+        while servers[victim].pages() <= before[victim] || Instant::now() < at {
+            if jvm.is_finished() {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        if jvm.is_finished() {
+            eprintln!("{what}: the JVM finished before its kill; not counted");
+            continue;
+        }
+        let held = servers[victim].pages();
+        servers[victim].kill_nine();
+        let t = Instant::now();
+        std::thread::sleep(rng.between(Duration::from_millis(200), Duration::from_secs(2)));
+        servers[victim].restart();
+        // Rejoined: the restarted server holds the JVM's copies again, while it runs.
+        while servers[victim].pages() == 0 && !jvm.is_finished() {
+            std::thread::yield_now();
+        }
+        let rejoined_after = t.elapsed();
+        let out = jvm.join().unwrap();
+        let r = check_run(&out, w, &what);
+        let s = &r.servers[victim];
+        assert!(
+            s.losses == 1 && s.rejoins == 1 && r.servers.iter().all(|s| s.up),
+            "{what}: the server did not rejoin: {r:?}\nstderr: {}",
+            out.stderr
+        );
+        eprintln!(
+            "{what}: killed holding {held} pages; back with copies after {:.1} s; {} pages copied again, {} reads failed over, 0 lost; wall {:.1} s",
+            rejoined_after.as_secs_f64(),
+            r.pages_recopied,
+            r.reads_failed_over,
+            out.wall.as_secs_f64()
+        );
+        done += 1;
+    }
+}
+
+#[test]
+fn soak() {
+    let secs = env_number("MEMLINER_SOAK_SECS", 60);
+    let every = Duration::from_secs(env_number("MEMLINER_SOAK_RESTART_SECS", 20));
+    let mut rng = Rng::new("soak");
+    let first = Server::start();
+    let second = std::sync::Mutex::new(Server::start());
+    let (a_url, b_url) = (first.url(), second.lock().unwrap().url());
+    let stop = AtomicBool::new(false);
+    let restarts = AtomicU64::new(0);
+    let end = Instant::now() + Duration::from_secs(secs);
+    let (mut runs, mut losses, mut rejoins, mut recopied) = (0u64, 0u64, 0u64, 0u64);
+    std::thread::scope(|s| {
+        // One of the two servers, killed and started again every `every`, whatever the JVMs
+        // are doing at the time.
+        let mut rng = Rng(rng.next() | 1);
+        let (stop, restarts, second) = (&stop, &restarts, &second);
+        s.spawn(move || {
+            let mut next = Instant::now() + every;
+            while !stop.load(Ordering::SeqCst) {
+                if Instant::now() < next {
+                    std::thread::sleep(Duration::from_millis(50).min(next - Instant::now()));
+                    continue;
+                }
+                let mut b = second.lock().unwrap();
+                b.kill_nine();
+                std::thread::sleep(rng.between(Duration::from_millis(200), Duration::from_secs(2)));
+                b.restart();
+                drop(b);
+                restarts.fetch_add(1, Ordering::SeqCst);
+                next = Instant::now() + every;
+            }
+        });
+        while Instant::now() < end {
+            let gc = if runs % 2 == 0 { "G1" } else { "Shenandoah" };
+            let cfg = RunConfig {
+                local: "25%".into(),
+                server: Some(format!("{a_url}+{b_url}")),
+                stats: Some(temp("soak.json")),
+                ..RunConfig::default()
+            };
+            let out = launch(&cfg, &command(Workload::Kv, gc), true).unwrap();
+            let r = check_run(
+                &out,
+                Workload::Kv,
+                &format!("soak run {} (kv {gc})", runs + 1),
+            );
+            losses += r.servers[1].losses;
+            rejoins += r.servers[1].rejoins;
+            recopied += r.pages_recopied;
+            runs += 1;
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let restarts = restarts.load(Ordering::SeqCst);
+    eprintln!(
+        "soak: {secs} s, {runs} kv runs (checksums right, 0 pages lost), {restarts} restarts of {b_url}; the JVMs saw {losses} losses and {rejoins} rejoins, copied {recopied} pages again"
+    );
+    assert!(restarts >= 1 && losses >= 1, "the soak never met a restart");
+}
