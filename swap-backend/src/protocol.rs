@@ -21,8 +21,8 @@
 //! | `Free`      | u32 count, count x u64 page id          | `FreeOk`: empty               |
 //! | `Stats`     | empty                                   | `StatsOk`: [`ServerStats`]    |
 //! | `Attach`    | empty: this connection is a one-sided client's control channel | `AttachOk`: [`AttachOk`] |
-//! | `Alloc`     | u32 need, u32 want                      | `AllocOk`: u32 count, count x u64 slot (need <= count <= want) |
-//! | `Release`   | u32 count, count x u64 slot             | `ReleaseOk`: empty            |
+//! | `Alloc`     | u32 need, u32 want                      | `AllocOk`: u32 n, n x [`Grant`] (need <= slots granted <= want) |
+//! | `Release`   | u32 count, count x u64 grant's first slot | `ReleaseOk`: empty          |
 //! | any         |                                         | `Error`: u16 code, utf-8 text |
 //!
 //! A frame with a bad magic, an unknown version or op, or a length over [`MAX_PAYLOAD`] is
@@ -407,19 +407,67 @@ impl HelloOk {
     }
 }
 
-/// One registered region of a one-sided server's page pool, as a client addresses it.
+/// Slots of a one-sided server's pool handed to one client: consecutive slots from `slot` on,
+/// registered for that client alone (its own key, revoked when the grant is given back).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RemoteRegion {
-    /// The remote address of the region's first byte: its virtual address where the provider
-    /// wants those (`FI_MR_VIRT_ADDR`), else 0 (offsets).
+pub struct Grant {
+    /// The first slot.
+    pub slot: u64,
+    pub pages: u64,
+    /// The remote address of the first slot's first byte: its virtual address where the
+    /// provider wants those (`FI_MR_VIRT_ADDR`), else 0 (offsets into the grant).
     pub addr: u64,
-    pub len: u64,
     pub key: u64,
 }
 
-/// The answer to `Attach`: where the one-sided endpoint listens and how to address the pool.
-/// Slot `s` is the page at byte `(s % region_pages) * PAGE_SIZE` of region
-/// `s / region_pages`.
+impl Grant {
+    const LEN: usize = 32;
+
+    /// Whether slot `s` is one of this grant's.
+    pub fn holds(&self, s: u64) -> bool {
+        s >= self.slot && s - self.slot < self.pages
+    }
+
+    fn encode_all(grants: &[Grant]) -> Vec<u8> {
+        let mut v = (grants.len() as u32).to_le_bytes().to_vec();
+        for g in grants {
+            for x in [g.slot, g.pages, g.addr, g.key] {
+                v.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        v
+    }
+
+    fn decode_all(p: &[u8]) -> Result<Vec<Grant>, String> {
+        let n = u32::from_le_bytes(
+            p.get(0..4)
+                .ok_or("alloc reply too short")?
+                .try_into()
+                .unwrap(),
+        ) as usize;
+        let body = &p[4..];
+        if body.len() != n.saturating_mul(Grant::LEN) {
+            return Err(format!("alloc reply: {} bytes for {n} grants", body.len()));
+        }
+        let at = |c: &[u8], i: usize| u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().unwrap());
+        body.chunks_exact(Grant::LEN)
+            .map(|c| {
+                let g = Grant {
+                    slot: at(c, 0),
+                    pages: at(c, 1),
+                    addr: at(c, 2),
+                    key: at(c, 3),
+                };
+                if g.pages == 0 || g.pages > MAX_BATCH as u64 {
+                    return Err(format!("alloc reply: a grant of {} slots", g.pages));
+                }
+                Ok(g)
+            })
+            .collect()
+    }
+}
+
+/// The answer to `Attach`: where the one-sided endpoint listens. Slots come with `Alloc`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttachOk {
     /// The fabric listener's port, on the host the control channel reached.
@@ -429,8 +477,6 @@ pub struct AttachOk {
     pub session: u64,
     /// The provider the server listens with (`tcp`, `verbs`).
     pub provider: String,
-    pub region_pages: u64,
-    pub regions: Vec<RemoteRegion>,
 }
 
 impl AttachOk {
@@ -439,49 +485,21 @@ impl AttachOk {
         v.extend_from_slice(&self.port.to_le_bytes());
         v.extend_from_slice(&self.session.to_le_bytes());
         encode_str(&mut v, &self.provider);
-        v.extend_from_slice(&self.region_pages.to_le_bytes());
-        v.extend_from_slice(&(self.regions.len() as u32).to_le_bytes());
-        for r in &self.regions {
-            for x in [r.addr, r.len, r.key] {
-                v.extend_from_slice(&x.to_le_bytes());
-            }
-        }
         v
     }
 
     pub fn decode(p: &[u8]) -> Result<AttachOk, String> {
         let short = || "attach reply too short".to_string();
-        let u64_at = |b: &[u8], i: usize| -> Result<u64, String> {
-            Ok(u64::from_le_bytes(
-                b.get(i..i + 8).ok_or_else(short)?.try_into().unwrap(),
-            ))
-        };
         let port = u16::from_le_bytes(p.get(0..2).ok_or_else(short)?.try_into().unwrap());
-        let session = u64_at(p, 2)?;
+        let session = u64::from_le_bytes(p.get(2..10).ok_or_else(short)?.try_into().unwrap());
         let (provider, rest) = decode_str(p.get(10..).ok_or_else(short)?)?;
-        let region_pages = u64_at(rest, 0)?;
-        let n = u32::from_le_bytes(rest.get(8..12).ok_or_else(short)?.try_into().unwrap());
-        let body = &rest[12..];
-        if body.len() != n as usize * 24 || region_pages == 0 {
-            return Err(format!(
-                "attach reply: {} region bytes for {n} regions of {region_pages} pages",
-                body.len()
-            ));
+        if !rest.is_empty() {
+            return Err(format!("attach reply: {} bytes too many", rest.len()));
         }
-        let regions = body
-            .chunks_exact(24)
-            .map(|c| RemoteRegion {
-                addr: u64::from_le_bytes(c[0..8].try_into().unwrap()),
-                len: u64::from_le_bytes(c[8..16].try_into().unwrap()),
-                key: u64::from_le_bytes(c[16..24].try_into().unwrap()),
-            })
-            .collect();
         Ok(AttachOk {
             port,
             session,
             provider,
-            region_pages,
-            regions,
         })
     }
 }
@@ -509,9 +527,9 @@ pub enum Request<'a> {
         need: u32,
         want: u32,
     },
-    /// Gives pool slots back.
+    /// Gives grants back, each named by its first slot.
     Release {
-        slots: Cow<'a, [u64]>,
+        grants: Cow<'a, [u64]>,
     },
 }
 
@@ -577,7 +595,7 @@ impl<'a> Request<'a> {
                 Request::Alloc { need, want }
             }
             Op::Release => Request::Release {
-                slots: ids_only(payload)?,
+                grants: ids_only(payload)?,
             },
             other => return Err(format!("{other:?} is not a request")),
         })
@@ -587,7 +605,7 @@ impl<'a> Request<'a> {
     pub fn write_to(&self, w: &mut impl Write, request: u64) -> io::Result<()> {
         match self {
             Request::Hello(h) => write_frame(w, Op::Hello, request, &[&h.encode()]),
-            Request::Read { ids } | Request::Free { ids } | Request::Release { slots: ids } => {
+            Request::Read { ids } | Request::Free { ids } | Request::Release { grants: ids } => {
                 write_frame(w, self.op(), request, &[&encode_ids(ids)])
             }
             Request::Write { ids, data } => {
@@ -616,7 +634,7 @@ pub enum Reply<'a> {
     StatsOk(ServerStats),
     AttachOk(AttachOk),
     /// The slots granted.
-    AllocOk(Vec<u64>),
+    AllocOk(Vec<Grant>),
     ReleaseOk,
     /// The request was refused: a [`code`] and a message for people.
     Error {
@@ -650,13 +668,7 @@ impl<'a> Reply<'a> {
                 Reply::StatsOk(ServerStats::decode(payload).ok_or("short stats reply".to_string())?)
             }
             Op::AttachOk => Reply::AttachOk(AttachOk::decode(payload)?),
-            Op::AllocOk => {
-                let (slots, rest) = decode_ids(payload)?;
-                if !rest.is_empty() {
-                    return Err(format!("{} bytes after the slots", rest.len()));
-                }
-                Reply::AllocOk(slots)
-            }
+            Op::AllocOk => Reply::AllocOk(Grant::decode_all(payload)?),
             Op::ReleaseOk => Reply::ReleaseOk,
             Op::Error => Reply::Error {
                 code: payload
@@ -677,7 +689,9 @@ impl<'a> Reply<'a> {
                 write_frame(w, self.op(), request, &[])
             }
             Reply::AttachOk(a) => write_frame(w, Op::AttachOk, request, &[&a.encode()]),
-            Reply::AllocOk(slots) => write_frame(w, Op::AllocOk, request, &[&encode_ids(slots)]),
+            Reply::AllocOk(grants) => {
+                write_frame(w, Op::AllocOk, request, &[&Grant::encode_all(grants)])
+            }
             Reply::StatsOk(s) => write_frame(w, Op::StatsOk, request, &[&s.encode()]),
             Reply::Error { code, message } => write_frame(
                 w,
@@ -796,7 +810,7 @@ mod tests {
             Request::Attach,
             Request::Alloc { need: 1, want: 256 },
             Request::Release {
-                slots: vec![9, 1 << 33].into(),
+                grants: vec![9, 1 << 33].into(),
             },
         ];
         for r in &requests {
@@ -825,14 +839,13 @@ mod tests {
                 port: 7071,
                 session: u64::MAX - 3,
                 provider: "tcp".into(),
-                region_pages: 1 << 18,
-                regions: vec![RemoteRegion {
-                    addr: 0x7f00_0000_0000,
-                    len: 1 << 30,
-                    key: 42,
-                }],
             }),
-            Reply::AllocOk(vec![0, 1, 2]),
+            Reply::AllocOk(vec![Grant {
+                slot: 256,
+                pages: 256,
+                addr: 0x7f00_0000_0000,
+                key: 42,
+            }]),
             Reply::ReleaseOk,
             Reply::Error {
                 code: code::CAPACITY,
@@ -893,11 +906,18 @@ mod tests {
             port: 1,
             session: 2,
             provider: "tcp".into(),
-            region_pages: 4,
-            regions: vec![],
         }
         .encode();
         a.push(0);
-        assert!(AttachOk::decode(&a).unwrap_err().contains("region bytes"));
+        assert!(AttachOk::decode(&a).unwrap_err().contains("too many"));
+        let g = Grant {
+            slot: 0,
+            pages: 0,
+            addr: 0,
+            key: 0,
+        };
+        let e = Reply::decode(Op::AllocOk, &Grant::encode_all(&[g])).unwrap_err();
+        assert!(e.contains("a grant of 0 slots"), "{e}");
+        assert!(Reply::decode(Op::AllocOk, &[1, 0, 0, 0]).is_err());
     }
 }

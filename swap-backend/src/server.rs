@@ -785,7 +785,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                     }
                 };
                 match s.target.alloc(s.id, count) {
-                    Ok(slots) => Reply::AllocOk(slots)
+                    Ok(grants) => Reply::AllocOk(grants)
                         .write_to(&mut writer, h.request)
                         .map_err(io)?,
                     Err(msg) => {
@@ -794,15 +794,15 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                     }
                 }
             }
-            Request::Release { slots } => {
+            Request::Release { grants } => {
                 let Some(s) = &session else {
                     let msg = "release before attach";
                     send_error(&mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
                     continue;
                 };
-                match s.target.release(s.id, &slots) {
-                    Ok(()) => {
-                        give_back(shared, &ns, slots.len() as u64);
+                match s.target.release(s.id, &grants) {
+                    Ok(slots) => {
+                        give_back(shared, &ns, slots);
                         Reply::ReleaseOk
                             .write_to(&mut writer, h.request)
                             .map_err(io)?;

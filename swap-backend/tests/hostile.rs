@@ -45,7 +45,7 @@ fn refused_but_kept(n: &mut Noise, request: u64, out: &mut Vec<u8>) {
     match n.below(5) {
         0 => Request::Alloc { need: 1, want: 8 }.write_to(out, request),
         1 => Request::Release {
-            slots: vec![n.next()].into(),
+            grants: vec![n.next()].into(),
         }
         .write_to(out, request),
         2 => Request::Attach.write_to(out, request),

@@ -3,7 +3,8 @@
 //!
 //! The client keeps the page -> slot table (the server never learns page ids) and a local
 //! stock of free slots, asked for [`ALLOC_CHUNK`] at a time and given back beyond
-//! [`KEEP_FREE`]. Each caller lane has its own channels (an endpoint with a registered
+//! [`KEEP_FREE`], a whole grant at a time (slots come in grants, each registered for this
+//! client alone with a key of its own). Each caller lane has its own channels (an endpoint with a registered
 //! buffer): the demand lane one per fault-handler thread, prefetch and reclaim one each, so a
 //! fault never queues behind a prefetch window or a write-back.
 //!
@@ -11,7 +12,7 @@
 //! is an error, not stale data), and once the control channel is lost (the server then frees
 //! this client's slots) every request fails with that reason.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufReader, BufWriter, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +21,8 @@ use std::time::Duration;
 
 use crate::fabric_ffi::{Channel, Domain, Fabric, FabricError, Info, Rma, FI_MR_LOCAL};
 use crate::protocol::{
-    code, read_frame, AttachOk, Hello, Lane, Reply, Request, ServerStats, MAX_BATCH, PAGE_SIZE,
+    code, read_frame, AttachOk, Grant, Hello, Lane, Reply, Request, ServerStats, MAX_BATCH,
+    PAGE_SIZE,
 };
 use crate::store::{thread_lane, ClientOptions, PageStore, StoreError};
 
@@ -71,10 +73,31 @@ impl Control {
     }
 }
 
+/// A grant this client holds, with how many of its slots hold pages or are lost to a failed
+/// write (it goes back to the server only when that is none).
+struct Held {
+    grant: Grant,
+    used: u64,
+}
+
 #[derive(Default)]
 struct Table {
+    /// Page -> slot.
     slots: HashMap<u64, u64>,
+    /// Free slots, the next one to use last.
     free: Vec<u64>,
+    /// By first slot.
+    grants: BTreeMap<u64, Held>,
+}
+
+impl Table {
+    fn grant_of(&mut self, s: u64) -> Option<&mut Held> {
+        self.grants
+            .range_mut(..=s)
+            .next_back()
+            .map(|(_, h)| h)
+            .filter(|h| h.grant.holds(s))
+    }
 }
 
 /// A [`PageStore`] on a memory server reached with one-sided RDMA (`fabric://`).
@@ -257,26 +280,23 @@ impl FabricStore {
     }
 
     /// The remote address and key of slot `s`.
-    fn remote(&self, s: u64) -> Result<(u64, u64), StoreError> {
-        let a = &self.attach;
-        let r = a
-            .regions
-            .get((s / a.region_pages) as usize)
-            .ok_or_else(|| StoreError::Protocol {
-                store: self.name.clone(),
-                message: format!(
-                    "slot {s} is outside the server's {} regions",
-                    a.regions.len()
-                ),
-            })?;
-        Ok((r.addr + (s % a.region_pages) * PAGE_SIZE as u64, r.key))
+    fn remote(&self, t: &mut Table, s: u64) -> Result<(u64, u64), StoreError> {
+        let g = t.grant_of(s).ok_or_else(|| StoreError::Protocol {
+            store: self.name.clone(),
+            message: format!("slot {s} is in no grant this client holds"),
+        })?;
+        Ok((
+            g.grant.addr + (s - g.grant.slot) * PAGE_SIZE as u64,
+            g.grant.key,
+        ))
     }
 
-    /// The transfers for `slots` (in buffer order): neighbouring slots of one region merge.
+    /// The transfers for `slots` (in buffer order): neighbouring slots of one grant merge.
     fn plan(&self, slots: &[u64], write: bool) -> Result<Vec<Rma>, StoreError> {
+        let mut t = lock(&self.table);
         let mut ops: Vec<Rma> = Vec::new();
         for (i, &s) in slots.iter().enumerate() {
-            let (addr, key) = self.remote(s)?;
+            let (addr, key) = self.remote(&mut t, s)?;
             if let Some(last) = ops.last_mut() {
                 if last.key == key
                     && last.addr + last.len as u64 == addr
@@ -334,14 +354,22 @@ impl FabricStore {
             let new = ids.iter().filter(|id| !t.slots.contains_key(id)).count();
             if t.free.len() >= new {
                 let t = &mut *t;
-                return Ok(ids
-                    .iter()
-                    .map(|&id| {
-                        *t.slots
-                            .entry(id)
-                            .or_insert_with(|| t.free.pop().expect("counted above"))
-                    })
-                    .collect());
+                let mut out = Vec::with_capacity(ids.len());
+                for &id in ids {
+                    let s = match t.slots.get(&id) {
+                        Some(&s) => s,
+                        None => {
+                            let s = t.free.pop().expect("counted above");
+                            t.slots.insert(id, s);
+                            if let Some(g) = t.grant_of(s) {
+                                g.used += 1;
+                            }
+                            s
+                        }
+                    };
+                    out.push(s);
+                }
+                return Ok(out);
             }
             let missing = new - t.free.len();
             drop(t);
@@ -360,33 +388,63 @@ impl FabricStore {
                     want: ALLOC_CHUNK as u32,
                 },
                 |r| match r {
-                    Reply::AllocOk(slots) if slots.len() >= need as usize => Ok(slots),
-                    Reply::AllocOk(slots) => {
-                        Err(format!("{} slots granted, {need} asked", slots.len()))
+                    Reply::AllocOk(grants) => {
+                        let n: u64 = grants.iter().map(|g| g.pages).sum();
+                        if n < need as u64 {
+                            return Err(format!("{n} slots granted, {need} asked"));
+                        }
+                        Ok(grants)
                     }
                     other => Err(format!("unexpected {:?} in reply to alloc", other.op())),
                 },
             )?;
-            left = left.saturating_sub(got.len());
-            lock(&self.table).free.extend(got);
+            let mut t = lock(&self.table);
+            let mut got = got;
+            // Taken from the end: lowest slots first, so that neighbouring pages get
+            // neighbouring slots and travel in one transfer.
+            got.sort_unstable_by_key(|g| std::cmp::Reverse(g.slot));
+            for g in got {
+                left = left.saturating_sub(g.pages as usize);
+                t.free.extend((g.slot..g.slot + g.pages).rev());
+                t.grants.insert(g.slot, Held { grant: g, used: 0 });
+            }
         }
         Ok(())
     }
 
-    /// Gives free slots beyond [`KEEP_FREE`] back to the server.
+    /// Gives grants none of whose slots are used back to the server, while more than
+    /// [`KEEP_FREE`] slots are free.
     fn trim(&self) -> Result<(), StoreError> {
-        let excess: Vec<u64> = {
+        let back: Vec<u64> = {
             let mut t = lock(&self.table);
             if t.free.len() <= KEEP_FREE + ALLOC_CHUNK {
                 return Ok(());
             }
-            let keep = KEEP_FREE;
-            t.free.split_off(keep)
+            let mut excess = t.free.len() - KEEP_FREE;
+            let mut back = Vec::new();
+            for (&first, h) in &t.grants {
+                if excess == 0 {
+                    break;
+                }
+                if h.used == 0 {
+                    back.push(first);
+                    excess = excess.saturating_sub(h.grant.pages as usize);
+                }
+            }
+            if back.is_empty() {
+                return Ok(());
+            }
+            let gone: Vec<Grant> = back
+                .iter()
+                .map(|f| t.grants.remove(f).unwrap().grant)
+                .collect();
+            t.free.retain(|&s| !gone.iter().any(|g| g.holds(s)));
+            back
         };
-        for chunk in excess.chunks(MAX_BATCH) {
+        for chunk in back.chunks(MAX_BATCH) {
             self.control(
                 &Request::Release {
-                    slots: chunk.into(),
+                    grants: chunk.into(),
                 },
                 |r| match r {
                     Reply::ReleaseOk => Ok(()),
@@ -458,6 +516,9 @@ impl PageStore for FabricStore {
             for id in ids {
                 if let Some(s) = t.slots.remove(id) {
                     t.free.push(s);
+                    if let Some(g) = t.grant_of(s) {
+                        g.used -= 1;
+                    }
                 }
             }
         }
@@ -485,6 +546,10 @@ mod tests {
     use crate::server::{self, ServerConfig};
 
     fn pair() -> Option<(crate::server::ServerHandle, FabricStore)> {
+        pair_with(1024)
+    }
+
+    fn pair_with(capacity_pages: u64) -> Option<(crate::server::ServerHandle, FabricStore)> {
         if !crate::conformance::libfabric_or_skip("a fabric client test") {
             return None;
         }
@@ -492,7 +557,7 @@ mod tests {
             "127.0.0.1:0",
             ServerConfig {
                 fabric: true,
-                ..ServerConfig::with_capacity(1024 * PAGE_SIZE as u64)
+                ..ServerConfig::with_capacity(capacity_pages * PAGE_SIZE as u64)
             },
         )
         .unwrap();
@@ -502,16 +567,93 @@ mod tests {
     }
 
     /// One raw read of a page at `addr` with `key` on a demand channel.
-    fn raw_read(c: &FabricStore, addr: u64, key: u64) -> Result<(), StoreError> {
+    fn raw_read(c: &FabricStore, addr: u64, key: u64) -> Result<Vec<u8>, StoreError> {
+        raw(c, false, addr, key)
+    }
+
+    /// One raw transfer of a page; returns what the channel's buffer holds after it.
+    fn raw(c: &FabricStore, write: bool, addr: u64, key: u64) -> Result<Vec<u8>, StoreError> {
         c.with_channel(|ch| {
             ch.transfer(&[Rma {
-                write: false,
+                write,
                 offset: 0,
                 len: PAGE_SIZE,
                 addr,
                 key,
-            }])
+            }])?;
+            Ok(ch.buffer()[..PAGE_SIZE].to_vec())
         })
+    }
+
+    /// Where page `id` of `c` lives: its slot's address and key, and its grant.
+    fn where_is(c: &FabricStore, id: u64) -> (u64, u64, Grant) {
+        let mut t = lock(&c.table);
+        let slot = t.slots[&id];
+        let (addr, key) = c.remote(&mut t, slot).unwrap();
+        (addr, key, t.grant_of(slot).unwrap().grant)
+    }
+
+    #[test]
+    fn another_clients_pages_cannot_be_reached_with_the_keys_a_client_holds() {
+        let Some((s, a)) = pair() else {
+            return;
+        };
+        let b = FabricStore::connect(
+            &s.local_addr().to_string(),
+            ClientOptions {
+                namespace: "other".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        a.write_pages(&[7], &pattern(7, 1)).unwrap();
+        b.write_pages(&[7], &pattern(7, 2)).unwrap();
+        let (addr, key, _) = where_is(&a, 7);
+        let (_, b_key, _) = where_is(&b, 7);
+        assert_ne!(key, b_key, "two clients share a key");
+        // b aims at a's page with every key it has: its keys open its own grants only, so it
+        // reads its own bytes or nothing, never a's; and a key next to a's is no key.
+        for k in lock(&b.table)
+            .grants
+            .values()
+            .map(|h| h.grant.key)
+            .collect::<Vec<_>>()
+        {
+            if let Ok(got) = raw(&b, false, addr, k) {
+                assert_ne!(got, pattern(7, 1), "b read a's page with its own key");
+            }
+        }
+        raw(&b, false, addr, key ^ 1).unwrap_err();
+        let mut out = vec![0u8; PAGE_SIZE];
+        a.read_pages(&[7], &mut out).unwrap();
+        assert_eq!(out, pattern(7, 1), "a's page changed");
+    }
+
+    #[test]
+    fn a_grant_given_back_can_no_longer_be_reached() {
+        let Some((_s, c)) = pair_with(4096) else {
+            return;
+        };
+        let ids: Vec<u64> = (0..(KEEP_FREE + 3 * ALLOC_CHUNK) as u64).collect();
+        let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 3)).collect();
+        c.write_pages(&ids, &data).unwrap();
+        let before: Vec<Grant> = lock(&c.table).grants.values().map(|h| h.grant).collect();
+        for g in &before {
+            raw_read(&c, g.addr, g.key).expect("a held grant reads");
+        }
+        c.free_pages(&ids).unwrap();
+        // Beyond KEEP_FREE free slots, whole grants went back: their keys open nothing.
+        let t = lock(&c.table);
+        assert!(t.free.len() <= KEEP_FREE + ALLOC_CHUNK, "{}", t.free.len());
+        let gone: Vec<Grant> = before
+            .into_iter()
+            .filter(|g| !t.grants.contains_key(&g.slot))
+            .collect();
+        drop(t);
+        assert!(gone.len() >= 2, "{gone:?}");
+        for g in gone {
+            raw_read(&c, g.addr, g.key).expect_err("a released grant's key still reads");
+        }
     }
 
     #[test]
@@ -520,13 +662,12 @@ mod tests {
             return;
         };
         c.write_pages(&[7], &pattern(7, 1)).unwrap();
-        let slot = lock(&c.table).slots[&7];
-        let (addr, key) = c.remote(slot).unwrap();
+        let (addr, key, grant) = where_is(&c, 7);
         raw_read(&c, addr, key).expect("the right key reads");
         let err = raw_read(&c, addr, key ^ 0x5a5a).unwrap_err();
         assert!(err.to_string().contains("fabric://"), "{err}");
-        let region = c.attach.regions[0];
-        let err = raw_read(&c, region.addr + region.len, region.key).unwrap_err();
+        let past = addr + (grant.slot + grant.pages - lock(&c.table).slots[&7]) * PAGE_SIZE as u64;
+        let err = raw_read(&c, past, key).unwrap_err();
         assert!(err.to_string().contains("fabric://"), "{err}");
         // The failed channels were dropped; the next request connects a new one.
         let mut out = vec![0u8; PAGE_SIZE];
@@ -557,7 +698,15 @@ mod tests {
         let Some((_s, c)) = pair() else {
             return;
         };
-        let ops = c.plan(&[10, 11, 12, 40, 41], true).unwrap();
+        let ids: Vec<u64> = (0..64).collect();
+        let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 0)).collect();
+        c.write_pages(&ids, &data).unwrap();
+        let t = lock(&c.table);
+        let slot = |id: u64| t.slots[&id];
+        let slots = [slot(10), slot(11), slot(12), slot(40), slot(41)];
+        assert_eq!(slots[1], slots[0] + 1, "free slots are taken in order");
+        drop(t);
+        let ops = c.plan(&slots, true).unwrap();
         assert_eq!(ops.len(), 2, "{ops:?}");
         assert_eq!((ops[0].offset, ops[0].len), (0, 3 * PAGE_SIZE));
         assert_eq!((ops[1].offset, ops[1].len), (3 * PAGE_SIZE, 2 * PAGE_SIZE));

@@ -5,7 +5,7 @@ mod client;
 mod target;
 
 pub use client::{FabricStore, ALLOC_CHUNK, CHANNEL_PAGES, KEEP_FREE};
-pub use target::{Target, REGION_BYTES};
+pub use target::Target;
 
 /// The provider to ask for: none when `FI_PROVIDER` is set (libfabric then filters by it, as
 /// every libfabric program does), else `verbs` on a host with an RDMA device and `tcp`

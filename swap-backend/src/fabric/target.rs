@@ -4,11 +4,16 @@
 //! A one-sided server never sees page ids or page bytes: a client asks its control channel
 //! (the TCP connection that said `Attach`) for free slots, keeps its own page -> slot table,
 //! and reads and writes the slots with RDMA. What the server must guarantee is that a slot
-//! belongs to one client at a time: a data connection is accepted only with the session the
-//! control channel was given, and when a control channel closes, its session's endpoints are
-//! closed before its slots are zeroed and handed to anyone else.
+//! belongs to one client at a time, and that only that client can reach it:
+//! - slots are handed out in *grants* (runs of up to 256 slots), each registered for its
+//!   client alone with a key of its own (random where the application chooses keys), so
+//!   another client's requests, whatever they name, find no region they may use;
+//! - a data connection is accepted only with the session its control channel was given;
+//! - a grant given back, or a session whose control channel closed, has its registration
+//!   closed (the key revoked; a session's endpoints first) before its slots are zeroed and
+//!   handed to anyone else.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -18,19 +23,22 @@ use crate::fabric_ffi::{
     MemoryRegion, PassiveEndpoint, FI_MR_PROV_KEY, FI_MR_VIRT_ADDR,
 };
 use crate::memory::AnonMemory;
-use crate::protocol::{AttachOk, RemoteRegion, PAGE_SIZE};
-
-/// Bytes per registered region: large enough that a pool is a handful of them, small enough
-/// for every provider's largest registration.
-pub const REGION_BYTES: usize = 1 << 30;
+use crate::protocol::{AttachOk, Grant, PAGE_SIZE};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A grant's slots with the registration only its client may use.
+struct Held {
+    pages: u64,
+    region: MemoryRegion,
+}
+
 #[derive(Default)]
 struct Session {
-    slots: HashSet<u64>,
+    /// By first slot.
+    grants: HashMap<u64, Held>,
     endpoints: Vec<Endpoint>,
 }
 
@@ -38,8 +46,10 @@ struct Session {
 struct Slots {
     /// Slots from here on were never handed out (and read as zeros).
     next: u64,
-    /// Slots given back, zeroed.
-    free: Vec<u64>,
+    /// Runs of slots given back (first, count), zeroed.
+    free: Vec<(u64, u64)>,
+    /// Slots in `free`.
+    free_pages: u64,
 }
 
 /// The pool, the listener and the sessions.
@@ -47,8 +57,10 @@ pub struct Target {
     provider: String,
     port: u16,
     verbose: bool,
-    region_pages: u64,
-    remote: Vec<RemoteRegion>,
+    /// `FI_MR_*` modes the provider asked for: virtual addresses, its own keys.
+    mr_mode: i32,
+    /// Bytes of an application-chosen key.
+    key_bytes: usize,
     capacity_pages: u64,
     slots: Mutex<Slots>,
     sessions: Mutex<HashMap<u64, Session>>,
@@ -56,11 +68,11 @@ pub struct Target {
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Kernel ids of those threads, for their CPU time.
     tids: Mutex<Vec<u32>>,
-    // Drop order: the listener and queues, then the regions, the pool, the domain.
+    // Drop order: the listener and queues, then (with the sessions) the regions, the pool, the
+    // domain.
     pep: PassiveEndpoint,
     eq: Arc<EventQueue>,
     cq: Arc<CompletionQueue>,
-    _regions: Vec<MemoryRegion>,
     pool: Arc<AnonMemory>,
     domain: Arc<Domain>,
 }
@@ -99,46 +111,12 @@ impl Target {
             AnonMemory::new(bytes)
                 .map_err(|e| format!("cannot reserve a page pool of {bytes} bytes: {e}"))?,
         );
-        let mr_mode = info.mr_mode();
-        let base_key = if info.mr_key_size() >= 8 {
-            random_u64() >> 16
-        } else {
-            0
-        };
-        let mut regions = Vec::new();
-        let mut remote = Vec::new();
-        for (i, offset) in (0..bytes).step_by(REGION_BYTES).enumerate() {
-            let len = REGION_BYTES.min(bytes - offset);
-            let r = MemoryRegion::register(
-                &domain,
-                &pool,
-                offset,
-                len,
-                Access::Remote,
-                base_key + i as u64,
-            )
-            .map_err(err)?;
-            remote.push(RemoteRegion {
-                addr: if mr_mode & FI_MR_VIRT_ADDR != 0 {
-                    r.addr()
-                } else {
-                    0
-                },
-                len: len as u64,
-                key: if mr_mode & FI_MR_PROV_KEY != 0 {
-                    r.key()
-                } else {
-                    base_key + i as u64
-                },
-            });
-            regions.push(r);
-        }
         let target = Arc::new(Target {
             provider: info.provider(),
             port,
             verbose,
-            region_pages: (REGION_BYTES / PAGE_SIZE) as u64,
-            remote,
+            mr_mode: info.mr_mode(),
+            key_bytes: info.mr_key_size().min(8),
             capacity_pages,
             slots: Mutex::new(Slots::default()),
             sessions: Mutex::new(HashMap::new()),
@@ -148,7 +126,6 @@ impl Target {
             pep,
             eq,
             cq,
-            _regions: regions,
             pool,
             domain,
         });
@@ -190,72 +167,157 @@ impl Target {
             port: self.port,
             session,
             provider: self.provider.clone(),
-            region_pages: self.region_pages,
-            regions: self.remote.clone(),
         }
     }
 
-    /// Takes `count` free slots for `session`. The caller has reserved that much of the
-    /// server's capacity first, and the pool holds the whole capacity, so an error means the
-    /// session has ended (the server is stopping).
-    pub fn alloc(&self, session: u64, count: u32) -> Result<Vec<u64>, String> {
+    /// Takes `count` free slots for `session`, as grants registered for it. The caller has
+    /// reserved that much of the server's capacity first, and the pool holds the whole
+    /// capacity, so an error means the session has ended (the server is stopping) or the
+    /// provider refused a registration.
+    pub fn alloc(&self, session: u64, count: u32) -> Result<Vec<Grant>, String> {
         let mut sessions = lock(&self.sessions);
         let s = sessions.get_mut(&session).ok_or("the session has ended")?;
-        let mut slots = lock(&self.slots);
-        let fresh = self.capacity_pages - slots.next;
-        if (slots.free.len() as u64 + fresh) < count as u64 {
-            return Err(format!("the pool has fewer than {count} free slots"));
-        }
-        let mut got = Vec::with_capacity(count as usize);
-        while got.len() < count as usize {
-            match slots.free.pop() {
-                Some(x) => got.push(x),
-                None => {
-                    got.push(slots.next);
-                    slots.next += 1;
+        let runs = {
+            let mut slots = lock(&self.slots);
+            let fresh = self.capacity_pages - slots.next;
+            if slots.free_pages + fresh < count as u64 {
+                return Err(format!("the pool has fewer than {count} free slots"));
+            }
+            let mut runs = Vec::new();
+            let mut left = count as u64;
+            while left > 0 {
+                let (first, n) = match slots.free.pop() {
+                    Some((first, n)) if n > left => {
+                        // The rest of the run stays free.
+                        slots.free.push((first + left, n - left));
+                        slots.free_pages -= left;
+                        (first, left)
+                    }
+                    Some((first, n)) => {
+                        slots.free_pages -= n;
+                        (first, n)
+                    }
+                    None => {
+                        let first = slots.next;
+                        slots.next += left;
+                        (first, left)
+                    }
+                };
+                left -= n;
+                runs.push((first, n));
+            }
+            runs
+        };
+        let mut grants = Vec::with_capacity(runs.len());
+        for &(first, pages) in &runs {
+            match self.register(first, pages) {
+                Ok((region, grant)) => {
+                    s.grants.insert(first, Held { pages, region });
+                    grants.push(grant);
+                }
+                Err(e) => {
+                    // Nothing of this request is handed out: what was registered goes back.
+                    for g in &grants {
+                        s.grants.remove(&g.slot);
+                    }
+                    drop(sessions);
+                    self.recycle(runs.iter().copied());
+                    return Err(format!("cannot register slots for a client: {e}"));
                 }
             }
         }
-        s.slots.extend(&got);
-        Ok(got)
+        Ok(grants)
     }
 
-    /// Gives `slots` of `session` back; an error names the first one it does not hold (and
-    /// nothing is released then).
-    pub fn release(&self, session: u64, slots: &[u64]) -> Result<(), String> {
-        {
-            let mut sessions = lock(&self.sessions);
-            let s = sessions.get_mut(&session).ok_or("the session has ended")?;
-            if let Some(bad) = slots.iter().find(|x| !s.slots.contains(x)) {
-                return Err(format!("slot {bad} is not held by this client"));
-            }
-            for x in slots {
-                s.slots.remove(x);
+    /// Registers `pages` slots from `first` on with a key of their own.
+    fn register(&self, first: u64, pages: u64) -> Result<(MemoryRegion, Grant), FabricError> {
+        let offset = first as usize * PAGE_SIZE;
+        let len = pages as usize * PAGE_SIZE;
+        let prov_key = self.mr_mode & FI_MR_PROV_KEY != 0;
+        let mut tries = 0;
+        loop {
+            // An application key nobody can guess (a collision with a live one, 2^-48 or so
+            // for 8-byte keys, is refused by the provider and drawn again).
+            let key = match self.key_bytes {
+                0 | 8 => random_u64() >> 16,
+                n => random_u64() & ((1u64 << (8 * n)) - 1),
+            };
+            match MemoryRegion::register(&self.domain, &self.pool, offset, len, Access::Remote, key)
+            {
+                Ok(r) => {
+                    let grant = Grant {
+                        slot: first,
+                        pages,
+                        addr: if self.mr_mode & FI_MR_VIRT_ADDR != 0 {
+                            r.addr()
+                        } else {
+                            0
+                        },
+                        key: if prov_key { r.key() } else { key },
+                    };
+                    return Ok((r, grant));
+                }
+                Err(e) if prov_key || tries == 3 => return Err(e),
+                Err(_) => tries += 1,
             }
         }
-        self.recycle(slots.iter().copied());
-        Ok(())
+    }
+
+    /// Gives grants of `session` back (each named by its first slot): their registrations
+    /// closed, their slots zeroed and freed. Returns how many slots they held; an error names
+    /// the first one the session does not hold (and nothing is released then).
+    pub fn release(&self, session: u64, grants: &[u64]) -> Result<u64, String> {
+        let held: Vec<(u64, Held)> = {
+            let mut sessions = lock(&self.sessions);
+            let s = sessions.get_mut(&session).ok_or("the session has ended")?;
+            if let Some(bad) = grants.iter().find(|g| !s.grants.contains_key(g)) {
+                return Err(format!("slot {bad} starts no grant of this client's"));
+            }
+            let mut unique = grants.to_vec();
+            unique.sort_unstable();
+            unique.dedup();
+            unique
+                .iter()
+                .filter_map(|&g| s.grants.remove(&g).map(|h| (g, h)))
+                .collect()
+        };
+        let mut runs = Vec::with_capacity(held.len());
+        let mut pages = 0;
+        for (first, h) in held {
+            runs.push((first, h.pages));
+            pages += h.pages;
+            // Closing the registration revokes its key before the slots are zeroed.
+            drop(h.region);
+        }
+        self.recycle(runs.into_iter());
+        Ok(pages)
     }
 
     /// Ends a session: its endpoints closed first (no transfer of its can land afterwards),
-    /// then its slots zeroed and freed. Returns how many slots it held.
+    /// then its registrations, then its slots zeroed and freed. Returns how many slots it
+    /// held.
     pub fn detach(&self, session: u64) -> u64 {
         let Some(s) = lock(&self.sessions).remove(&session) else {
             return 0;
         };
-        let n = s.slots.len() as u64;
         drop(s.endpoints);
-        self.recycle(s.slots.into_iter());
+        let runs: Vec<(u64, u64)> = s.grants.iter().map(|(&f, h)| (f, h.pages)).collect();
+        drop(s.grants);
+        let n = runs.iter().map(|r| r.1).sum();
+        self.recycle(runs.into_iter());
         n
     }
 
-    fn recycle(&self, slots: impl Iterator<Item = u64>) {
-        let slots: Vec<u64> = slots.collect();
-        for &s in &slots {
+    fn recycle(&self, runs: impl Iterator<Item = (u64, u64)>) {
+        let runs: Vec<(u64, u64)> = runs.collect();
+        for &(first, n) in &runs {
             // Zeroed so the next owner never reads this one's pages.
-            self.pool.zero(s as usize * PAGE_SIZE, PAGE_SIZE);
+            self.pool
+                .zero(first as usize * PAGE_SIZE, n as usize * PAGE_SIZE);
         }
-        lock(&self.slots).free.extend(slots);
+        let mut slots = lock(&self.slots);
+        slots.free_pages += runs.iter().map(|r| r.1).sum::<u64>();
+        slots.free.extend(runs);
     }
 
     fn accept_loop(&self) {
