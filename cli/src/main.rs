@@ -209,6 +209,10 @@ enum Cmd {
         /// workload and collector, and each transport's store alone.
         #[arg(long)]
         transports: bool,
+        /// Measure replication: memliner at 25% with two copies of every page on two
+        /// embedded servers, beside one server, for every Java workload and collector.
+        #[arg(long)]
+        replicas: bool,
         /// Output folder (default benchmarks/results/<timestamp>).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -286,6 +290,7 @@ fn main() -> ExitCode {
                 agent_env,
                 transport,
                 fallback,
+                embedded_servers: 1,
             };
             match launch(&cfg, &command, false) {
                 Ok(out) => {
@@ -423,6 +428,7 @@ fn main() -> ExitCode {
             no_gc_hooks,
             emulate_latency,
             transports,
+            replicas,
             out,
         } => {
             if let Some(l) = &emulate_latency {
@@ -493,6 +499,7 @@ fn main() -> ExitCode {
             }
             cfg.emulate_latency = emulate_latency;
             cfg.transports = transports;
+            cfg.replicas = replicas;
             if spark_only {
                 cfg.workloads.clear();
             }

@@ -46,6 +46,9 @@ pub struct RunConfig {
     pub agent_env: Option<String>,
     /// How the JVM reaches the embedded server (when `server` is `None`).
     pub transport: Transport,
+    /// Embedded servers to start (when `server` is `None`): more than one for the bench's
+    /// replicated cell, the pages then spread over them with `replicas` copies.
+    pub embedded_servers: usize,
     /// `fallback=` value: `none` or `local`.
     pub fallback: Option<String>,
 }
@@ -68,6 +71,7 @@ impl Default for RunConfig {
             local: "100%".into(),
             server: None,
             replicas: None,
+            embedded_servers: 1,
             policy: "memliner".into(),
             stats: None,
             log: None,
@@ -269,7 +273,7 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
     } else {
         gc_hooks_flag(cfg, program, args)?
     };
-    let mut embedded = None;
+    let mut embedded: Vec<ServerHandle> = Vec::new();
     let mut stats_path = None;
     let mut cmd = Command::new(program);
     if cfg.agent {
@@ -278,13 +282,16 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
             (Some(s), _) => Some(s.clone()),
             (None, "off") => None,
             (None, _) => {
-                let h = embedded_server(cfg.transport)?;
-                let a = match cfg.transport {
-                    Transport::Tcp => h.local_addr().to_string(),
-                    Transport::Fabric => format!("fabric://{}", h.local_addr()),
-                };
-                embedded = Some(h);
-                Some(a)
+                let mut urls = Vec::new();
+                for _ in 0..cfg.embedded_servers.max(1) {
+                    let h = embedded_server(cfg.transport)?;
+                    urls.push(match cfg.transport {
+                        Transport::Tcp => h.local_addr().to_string(),
+                        Transport::Fabric => format!("fabric://{}", h.local_addr()),
+                    });
+                    embedded.push(h);
+                }
+                Some(urls.join("+"))
             }
         };
         if server.as_deref().is_some_and(|s| s.contains("fabric://"))
@@ -323,7 +330,7 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
     let child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {program}: {e}"))?;
-    if embedded.is_some() {
+    if !embedded.is_empty() {
         // The embedded server lives in this process: it must outlive the JVM, which may still
         // fault pages in while it runs its shutdown hooks.
         outlive_child(child.id());
@@ -332,10 +339,11 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
         .wait_with_output()
         .map_err(|e| format!("waiting for {program}: {e}"))?;
     let wall = started.elapsed();
-    if let Some(h) = &embedded {
-        // A launcher (spark-submit, a shell script) may exit before the JVM it started: keep
-        // serving until the agent has disconnected, or the JVM would die on a closed server.
-        if !h.wait_idle(Duration::from_secs(120)) {
+    // A launcher (spark-submit, a shell script) may exit before the JVM it started: keep
+    // serving until the agent has disconnected, or the JVM would die on a closed server.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for h in &embedded {
+        if !h.wait_idle(deadline.saturating_duration_since(Instant::now())) {
             eprintln!("memliner: a JVM still holds pages on the embedded server 120 s after the command exited; stopping the server");
         }
     }
@@ -348,9 +356,10 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
             .map_err(|e| eprintln!("memliner: cannot read the stats file {}: {e}", p.display()))
             .ok()
     });
-    let embedded_addr = embedded.as_ref().map(|h| h.local_addr().to_string());
-    let server_cpu = embedded.as_ref().map(|h| h.cpu_time());
-    if let Some(h) = embedded {
+    let embedded_addr = embedded.first().map(|h| h.local_addr().to_string());
+    // Any one of them counts the whole process but the starting thread: all of them.
+    let server_cpu = embedded.first().map(|h| h.cpu_time());
+    for h in embedded {
         h.stop();
     }
     Ok(RunOutcome {

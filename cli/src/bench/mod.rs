@@ -61,6 +61,8 @@ pub enum Mode {
     /// `policy=memliner` over one-sided reads and writes to the embedded server
     /// (`fabric://`, libfabric's tcp provider here; `--transports`).
     MemlinerFabric,
+    /// `policy=memliner` with two copies of every page on two embedded servers (`--replicas`).
+    MemlinerReplicated,
 }
 
 impl Mode {
@@ -78,6 +80,7 @@ impl Mode {
             Mode::MemlinerThreadFaults => "memliner-faults-thread",
             Mode::MemlinerGcHooks => "memliner-gc-hooks",
             Mode::MemlinerFabric => "memliner-fabric",
+            Mode::MemlinerReplicated => "memliner-replicated",
         }
     }
 }
@@ -122,6 +125,9 @@ pub struct BenchConfig {
     /// Compare the transports: memliner over tcp, over fabric (one-sided) and in-process at
     /// 25% for every Java workload and collector, and each store alone.
     pub transports: bool,
+    /// Measure replication: memliner at 25% with two copies of every page on two servers,
+    /// beside one server, for every Java workload and collector.
+    pub replicas: bool,
 }
 
 impl BenchConfig {
@@ -141,6 +147,7 @@ impl BenchConfig {
             gc_hooks: crate::locate::patched_java().is_some(),
             emulate_latency: None,
             transports: false,
+            replicas: false,
         }
     }
 
@@ -159,6 +166,7 @@ impl BenchConfig {
             gc_hooks: crate::locate::patched_java().is_some(),
             emulate_latency: None,
             transports: false,
+            replicas: false,
         }
     }
 }
@@ -358,6 +366,9 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     if *c != cfg.collectors[0] {
                         out.push(p(Mode::MemlinerInProcess, 25));
                     }
+                }
+                if cfg.replicas && !cfg.kernel_only && java {
+                    out.push(p(Mode::MemlinerReplicated, 25));
                 }
             }
         }
@@ -616,6 +627,7 @@ pub fn rerender(raw: &Path, out: PathBuf) -> Result<PathBuf, String> {
         gc_hooks: records.iter().any(|r| r.mode == Mode::MemlinerGcHooks),
         emulate_latency: doc["emulate_latency"].as_str().map(str::to_string),
         transports: records.iter().any(|r| r.mode == Mode::MemlinerFabric),
+        replicas: records.iter().any(|r| r.mode == Mode::MemlinerReplicated),
     };
     let extras = report::Extras {
         tcp_write_gbs: doc["tcp"]["write_gbs"].as_f64().unwrap_or(f64::NAN),
@@ -676,6 +688,10 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
         },
         Mode::MemlinerFabric => RunConfig {
             transport: crate::run::Transport::Fabric,
+            ..base
+        },
+        Mode::MemlinerReplicated => RunConfig {
+            embedded_servers: 2,
             ..base
         },
         Mode::Memliner => base,

@@ -663,7 +663,68 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         cfg.tcp_mib, x.tcp_write_gbs, x.tcp_read_gbs
     );
     transports(&mut md, cfg, rs, x);
+    replication(&mut md, cfg, rs);
     md
+}
+
+/// One server against two copies on two servers (`--replicas`): what the copies cost.
+fn replication(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
+    if !cfg.replicas {
+        return;
+    }
+    let wall = |r: &Record| r.ok().then_some(r.wall_ms);
+    let _ = writeln!(
+        md,
+        "\n## Replication at 25% local: one server, and two copies of every page on two servers (medians)\n\n\
+         The same runs but for the servers: the `memliner` cell's one embedded server, then two \
+         embedded servers with `replicas=2` (each eviction written to both, one after the other; \
+         reads from the first holder).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| workload | collector | servers | x all-local | two copies / one wall | pages written to servers | agent CPU s | server CPU s |\n|---|---|---|---|---|---|---|---|"
+    );
+    for (w, c) in pairs(cfg, rs) {
+        let n = med(&cell(rs, &w, &c, Mode::NoAgent, 100), wall);
+        let one = med(&cell(rs, &w, &c, Mode::Memliner, 25), wall);
+        for (mode, name) in [
+            (Mode::Memliner, "one"),
+            (Mode::MemlinerReplicated, "two, 2 copies"),
+        ] {
+            let m = cell(rs, &w, &c, mode, 25);
+            if m.is_empty() || cell(rs, &w, &c, Mode::MemlinerReplicated, 25).is_empty() {
+                continue;
+            }
+            let written = med(&m, |r| {
+                r.stat(|d| {
+                    let p = d.pager.as_ref()?;
+                    Some(match &p.replication {
+                        Some(rep) => {
+                            rep.servers.iter().map(|s| s.pages_written).sum::<u64>() as f64
+                        }
+                        None => p.remote.pages_written as f64,
+                    })
+                })
+            });
+            let _ = writeln!(
+                md,
+                "| {w} | {c} | {name} | {} | {} | {} | {} | {} |",
+                fmt(med(&m, wall) / n, 2),
+                if mode == Mode::MemlinerReplicated {
+                    fmt(med(&m, wall) / one, 2)
+                } else {
+                    "".into()
+                },
+                fmt(written, 0),
+                fmt(
+                    med(&m, |r| r
+                        .stat(|d| Some(d.pager.as_ref()?.agent_cpu.total_s))),
+                    2
+                ),
+                fmt(med(&m, |r| r.server_cpu_ms.map(|v| v / 1e3)), 2),
+            );
+        }
+    }
 }
 
 /// The transports side by side (`--transports`): the same JVM runs over tcp, one-sided
@@ -970,6 +1031,31 @@ mod tests {
         assert!(md.contains("| graph | G1 | in-process | 2.50 |"), "{md}");
         assert!(
             md.contains("| fabric (tcp provider) | 31.0 / 90 | 40.0 | 0.80 | 0.60 |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn the_report_sets_one_server_beside_two_copies() {
+        let mut cfg = BenchConfig::quick("/tmp/x".into());
+        cfg.replicas = true;
+        let rs = vec![
+            record(Mode::NoAgent, 100, 1000.0, None),
+            record(Mode::Memliner, 25, 6000.0, paged(1600, 0)),
+            record(Mode::MemlinerReplicated, 25, 7200.0, paged(1600, 0)),
+        ];
+        let x = Extras {
+            tcp_write_gbs: 1.0,
+            tcp_read_gbs: 1.0,
+            stores: Vec::new(),
+            kernel_skipped: None,
+            elapsed_s: 60.0,
+        };
+        let md = markdown(&cfg, &rs, &x);
+        assert!(md.contains("## Replication at 25% local"), "{md}");
+        assert!(md.contains("| graph | G1 | one | 6.00 |  |"), "{md}");
+        assert!(
+            md.contains("| graph | G1 | two, 2 copies | 7.20 | 1.20 |"),
             "{md}"
         );
     }
