@@ -269,6 +269,13 @@ impl Options {
 
     /// What no single key can check: the options together.
     pub fn check(&self) -> Result<(), String> {
+        for (i, s) in self.servers.iter().enumerate() {
+            if self.servers[..i].contains(s) {
+                return Err(format!(
+                    "bad value for 'server': {s} is given twice (two copies of a page on one server share its fate)"
+                ));
+            }
+        }
         if let Some(r) = self.replicas {
             let n = self.servers.len().max(1);
             if r > n {
@@ -497,7 +504,7 @@ mod tests {
     fn errors_name_the_key_and_the_choices() {
         let e = parse("", "locall=25%").unwrap_err();
         assert!(
-            e.contains("unknown option 'locall'") && e.contains("server, local"),
+            e.contains("unknown option 'locall'") && e.contains("server, replicas, local"),
             "{e}"
         );
         let e = parse("", "local=abc").unwrap_err();
@@ -535,6 +542,7 @@ mod tests {
             "",
             "server=local",
             "server=tcp://127.0.0.1:7070+mem2:7071,local=25%,policy=baseline",
+            "server=tcp://127.0.0.1:7070+tcp://mem2:7071+tcp://mem3:7072,replicas=3",
             "local=12.5%,prefetch=0,streams=class,stats=/tmp/s.json,log=debug,handlers=4",
             "local=512m,token_file=/tmp/t,dirty=assume,reclaim=clock,probe=0,faults=thread,fallback=local",
             "server=local,latency=3us",

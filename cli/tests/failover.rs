@@ -374,3 +374,42 @@ fn soak() {
     );
     assert!(restarts >= 1 && losses >= 1, "the soak never met a restart");
 }
+
+#[test]
+fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
+    let up = Server::start();
+    // Ports nothing listens on.
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let (dead, dead_too) = (free(), free());
+    let cfg = RunConfig {
+        local: "25%".into(),
+        server: Some(format!("{}+tcp://{dead}", up.url())),
+        ..RunConfig::default()
+    };
+    let out = launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap();
+    assert!(
+        out.stderr.contains(&format!(
+            "cannot use memory server tcp://{dead}: memory server tcp://{dead}: Connection refused"
+        )) && out
+            .stderr
+            .contains("starting on 1 of 2 servers and reconnecting"),
+        "{}",
+        out.stderr
+    );
+    let r = check_run(&out, Workload::Kv, "one server down at start");
+    assert!(r.servers[0].up && !r.servers[1].up, "{r:?}");
+    // Both down: the JVM does not start, and says why for each.
+    let cfg = RunConfig {
+        server: Some(format!("tcp://{dead}+tcp://{dead_too}")),
+        ..cfg
+    };
+    let out = launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap();
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("Connection refused"), "{}", out.stderr);
+    assert!(!out.stdout.contains("RESULT"), "{}", out.stdout);
+}

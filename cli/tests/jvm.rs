@@ -752,6 +752,12 @@ fn bad_agent_options_fail_with_one_clear_line() {
         ("policy=fast", "expected one of memliner, baseline, off"),
         ("server=nohost", "HOST:PORT"),
         ("token=s3cret", "token_file=PATH"),
+        (
+            "server=127.0.0.1:1+127.0.0.1:2,replicas=3",
+            "3 copies need 3 memory servers, and server= gives 2",
+        ),
+        ("replicas=0", "expected a number of copies from 1 to 16"),
+        ("server=h:1+tcp://h:1", "tcp://h:1 is given twice"),
     ] {
         let out = java_with_agent(opts);
         let err = String::from_utf8_lossy(&out.stderr);
