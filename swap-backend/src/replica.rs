@@ -8,8 +8,9 @@
 //! server and the next one.
 //!
 //! **Writes** complete when every chosen server has the page (one at least; a server that fails
-//! is marked lost and its share goes to the next one up in the ring). **Reads** go to the first
-//! holder in ring order and fail over to the others. A table of which servers hold the current
+//! is marked lost and its share goes to the next one up in the ring). **Reads** go to the
+//! holder given first (not the ring's first: one server's connections then stay awake for the
+//! next fault) and fail over to the others. A table of which servers hold the current
 //! version of each page (a bit mask, 2 bytes per page) is the truth: a write replaces the
 //! page's mask, so a copy that missed a rewrite is never read.
 //!
@@ -527,7 +528,10 @@ impl Inner {
                 let id = ids[pos];
                 let holders = self.masks.get(id);
                 let can = holders & up & !tried[pos];
-                match self.ring(id).find(|&i| can & bit(i) != 0) {
+                // The first server given that holds the page, not the page's ring: demand
+                // reads concentrated on one server find its connections awake (spread over
+                // two by stripe, a read's p50 went from 11 to 45 us here).
+                match (0..n).find(|&i| can & bit(i) != 0) {
                     Some(i) => groups[i].push(pos),
                     None => {
                         let held = if holders == 0 && tried[pos] == 0 {

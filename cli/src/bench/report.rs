@@ -678,7 +678,7 @@ fn replication(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
         "\n## Replication at 25% local: one server, and two copies of every page on two servers (medians)\n\n\
          The same runs but for the servers: the `memliner` cell's one embedded server, then two \
          embedded servers with `replicas=2` (each eviction written to both, one after the other; \
-         reads from the first holder).\n"
+         reads from the first server).\n"
     );
     let _ = writeln!(
         md,
