@@ -112,6 +112,26 @@ pub fn server_restart_serves_no_stale_bytes(store: &dyn PageStore, restart: impl
     }
 }
 
+/// A member of a replicated store that (re)connects to `addr` with `connect`, in a namespace
+/// of its own each time (`replicated.N` for incarnation N).
+pub fn reconnecting<S: PageStore + 'static>(
+    scheme: &str,
+    addr: std::net::SocketAddr,
+    connect: fn(&str, crate::store::ClientOptions) -> Result<S, crate::store::StoreError>,
+) -> crate::replica::Member {
+    crate::replica::Member::new(
+        format!("{scheme}://{addr}"),
+        Box::new(move |incarnation| {
+            let options = crate::store::ClientOptions {
+                token: String::new(),
+                namespace: format!("replicated.{incarnation}"),
+                connections: 2,
+            };
+            connect(&addr.to_string(), options).map(|s| Box::new(s) as Box<dyn PageStore>)
+        }),
+    )
+}
+
 /// Two servers holding two copies of every page: the first one restarted (what it held is
 /// gone) while pages are read and rewritten, then the second stopped for good. Every page
 /// reads back its last version throughout: the store failed over, reconnected to the restarted

@@ -705,22 +705,32 @@ impl Inner {
             first_round = false;
         }
         // The new masks; copies of the old version elsewhere are freed (best effort: they
-        // are unreachable either way).
-        // A page short of copies because a server refused (full, quota) stays short until
-        // the next loss or rejoin starts a pass; scanning after every write would cost more.
-        let mut stale: Vec<Vec<u64>> = vec![Vec::new(); n];
-        for (pos, &id) in ids.iter().enumerate() {
-            let gone = self.commit(id, got[pos], &incs);
-            for (i, s) in stale.iter_mut().enumerate() {
-                if gone & bit(i) != 0 {
-                    s.push(id);
-                }
-            }
-        }
+        // are unreachable either way). A page short of copies because a server refused (full,
+        // quota) stays short until the next loss or rejoin starts a pass: scanning after every
+        // write would cost more.
+        let stale = self.split_by_server(
+            ids.iter()
+                .enumerate()
+                .map(|(pos, &id)| (id, self.commit(id, got[pos], &incs))),
+        );
         for (i, s) in stale.iter().enumerate() {
             self.free_on(i, s);
         }
         Ok(())
+    }
+
+    /// Page ids with a mask each, split by server: each server's list holds the ids whose
+    /// mask has its bit.
+    fn split_by_server(&self, pages: impl Iterator<Item = (u64, Mask)>) -> Vec<Vec<u64>> {
+        let mut by: Vec<Vec<u64>> = vec![Vec::new(); self.n()];
+        for (id, m) in pages {
+            for (i, list) in by.iter_mut().enumerate() {
+                if m & bit(i) != 0 {
+                    list.push(id);
+                }
+            }
+        }
+        by
     }
 
     fn free_on(&self, i: usize, ids: &[u64]) {
@@ -738,15 +748,7 @@ impl Inner {
 
     fn free(&self, ids: &[u64]) -> Result<(), StoreError> {
         let _gates = self.read_gates(ids);
-        let mut on: Vec<Vec<u64>> = vec![Vec::new(); self.n()];
-        for &id in ids {
-            let m = self.masks.modify(id, |_| 0);
-            for (i, o) in on.iter_mut().enumerate() {
-                if m & bit(i) != 0 {
-                    o.push(id);
-                }
-            }
-        }
+        let on = self.split_by_server(ids.iter().map(|&id| (id, self.masks.modify(id, |_| 0))));
         for (i, o) in on.iter().enumerate() {
             self.free_on(i, o);
         }

@@ -200,22 +200,7 @@ fn replicated_one_sided_pages_survive_a_restart_then_a_loss() {
     let (Some(a), Some(b)) = (start(MIN_CAPACITY_PAGES), start(MIN_CAPACITY_PAGES)) else {
         return;
     };
-    let member = |addr: std::net::SocketAddr| {
-        Member::new(
-            format!("fabric://{addr}"),
-            Box::new(move |incarnation| {
-                FabricStore::connect(
-                    &addr.to_string(),
-                    ClientOptions {
-                        token: String::new(),
-                        namespace: format!("replicated.{incarnation}"),
-                        connections: 2,
-                    },
-                )
-                .map(|s| Box::new(s) as Box<dyn PageStore>)
-            }),
-        )
-    };
+    let member = |addr| conformance::reconnecting("fabric", addr, FabricStore::connect);
     let a_addr = a.local_addr();
     let store = ReplicatedStore::new(vec![member(a_addr), member(b.local_addr())], 2).unwrap();
     let restarted = std::sync::Mutex::new(None);

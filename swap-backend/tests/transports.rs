@@ -465,24 +465,6 @@ fn a_connection_flood_is_bounded_and_connected_clients_keep_working() {
     drop((first, more));
 }
 
-/// A member that reconnects to `addr`, in a namespace of its own each time.
-fn reconnecting(addr: std::net::SocketAddr) -> Member {
-    Member::new(
-        format!("tcp://{addr}"),
-        Box::new(move |incarnation| {
-            TcpStore::connect(
-                &addr.to_string(),
-                ClientOptions {
-                    token: String::new(),
-                    namespace: format!("replicated.{incarnation}"),
-                    connections: 2,
-                },
-            )
-            .map(|s| Box::new(s) as Box<dyn PageStore>)
-        }),
-    )
-}
-
 #[test]
 fn replicated_pages_survive_a_restart_then_a_loss() {
     let (a, b) = (
@@ -490,7 +472,8 @@ fn replicated_pages_survive_a_restart_then_a_loss() {
         start(MIN_CAPACITY_PAGES, None),
     );
     let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
-    let store = ReplicatedStore::new(vec![reconnecting(a_addr), reconnecting(b_addr)], 2).unwrap();
+    let member = |addr| conformance::reconnecting("tcp", addr, TcpStore::connect);
+    let store = ReplicatedStore::new(vec![member(a_addr), member(b_addr)], 2).unwrap();
     conformance::run_all(&store);
     let restarted = Mutex::new(None);
     conformance::replicas_survive_a_restart_then_a_loss(

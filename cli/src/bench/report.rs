@@ -978,13 +978,7 @@ mod tests {
             record(Mode::Memliner, 25, 6000.0, paged(1600, 0)),
             record(Mode::MemlinerInProcess, 25, 2500.0, paged(1000, 400)),
         ];
-        let x = Extras {
-            tcp_write_gbs: 1.0,
-            tcp_read_gbs: 1.0,
-            stores: Vec::new(),
-            kernel_skipped: None,
-            elapsed_s: 60.0,
-        };
+        let x = extras(Vec::new());
         let md = markdown(&cfg, &rs, &x);
         assert!(
             md.contains("| graph | G1 | 25% | memliner-reclaim-clock | 5.0 | 1000 | 400 | 3 | 1.50 | 15.0 | 0.25 | 4.0 / 80 | 30.0 / 120 |"),
@@ -1007,20 +1001,14 @@ mod tests {
             record(Mode::MemlinerFabric, 25, 7500.0, paged(1500, 0)),
             record(Mode::MemlinerInProcess, 25, 2500.0, paged(1000, 400)),
         ];
-        let x = Extras {
-            tcp_write_gbs: 1.0,
-            tcp_read_gbs: 1.0,
-            stores: vec![crate::bench::stores::StoreFigures {
-                transport: "fabric (tcp provider)".into(),
-                read_p50_us: 31.0,
-                read_p99_us: 90.0,
-                write_p50_us: 40.0,
-                read_gbs: 0.8,
-                write_gbs: 0.6,
-            }],
-            kernel_skipped: None,
-            elapsed_s: 60.0,
-        };
+        let x = extras(vec![crate::bench::stores::StoreFigures {
+            transport: "fabric (tcp provider)".into(),
+            read_p50_us: 31.0,
+            read_p99_us: 90.0,
+            write_p50_us: 40.0,
+            read_gbs: 0.8,
+            write_gbs: 0.6,
+        }]);
         let md = markdown(&cfg, &rs, &x);
         assert!(md.contains("## Transports at 25% local"), "{md}");
         assert!(
@@ -1035,6 +1023,16 @@ mod tests {
         );
     }
 
+    fn extras(stores: Vec<crate::bench::stores::StoreFigures>) -> Extras {
+        Extras {
+            tcp_write_gbs: 1.0,
+            tcp_read_gbs: 1.0,
+            stores,
+            kernel_skipped: None,
+            elapsed_s: 60.0,
+        }
+    }
+
     #[test]
     fn the_report_sets_one_server_beside_two_copies() {
         let mut cfg = BenchConfig::quick("/tmp/x".into());
@@ -1044,13 +1042,7 @@ mod tests {
             record(Mode::Memliner, 25, 6000.0, paged(1600, 0)),
             record(Mode::MemlinerReplicated, 25, 7200.0, paged(1600, 0)),
         ];
-        let x = Extras {
-            tcp_write_gbs: 1.0,
-            tcp_read_gbs: 1.0,
-            stores: Vec::new(),
-            kernel_skipped: None,
-            elapsed_s: 60.0,
-        };
+        let x = extras(Vec::new());
         let md = markdown(&cfg, &rs, &x);
         assert!(md.contains("## Replication at 25% local"), "{md}");
         assert!(md.contains("| graph | G1 | one | 6.00 |  |"), "{md}");
