@@ -135,6 +135,11 @@ enum Cmd {
         /// How long a new connection may take to say hello before it is closed.
         #[arg(long, value_name = "DURATION", default_value = "5s")]
         hello_deadline: String,
+        /// Serve the counters (capacity, connections, and per namespace pages held, pages and
+        /// bytes read and written, errors) in the Prometheus text format at
+        /// http://ADDR/metrics (HOST:PORT, e.g. 127.0.0.1:9464).
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
         /// Log every attach, detach and refusal, with the namespace and the peer's address.
         #[arg(long, short)]
         verbose: bool,
@@ -321,6 +326,7 @@ fn main() -> ExitCode {
             max_connections,
             max_client_connections,
             hello_deadline,
+            metrics,
             verbose,
             emulate_latency,
         } => {
@@ -381,6 +387,7 @@ fn main() -> ExitCode {
                     connections_per_client: max_client_connections,
                     hello_deadline,
                 },
+                metrics: metrics.clone(),
             };
             match swap_backend::server::spawn(&listen.authority(), cfg) {
                 Ok(h) => {
@@ -389,7 +396,7 @@ fn main() -> ExitCode {
                         ..listen.clone()
                     };
                     eprintln!(
-                        "memliner-server: listening on {at} with {} for pages{}{}",
+                        "memliner-server: listening on {at} with {} for pages{}{}{}",
                         swap_backend::units::format_size(capacity_bytes),
                         h.fabric().map_or(String::new(), |(provider, port)| format!(
                             ", registered for one-sided access (libfabric's {provider} provider, data endpoints on port {port})"
@@ -397,6 +404,9 @@ fn main() -> ExitCode {
                         latency.map_or(String::new(), |l| format!(
                             ", replies delayed to {} after each request (emulated latency)",
                             swap_backend::units::format_duration(l)
+                        )),
+                        h.metrics_addr().map_or(String::new(), |a| format!(
+                            "; metrics at http://{a}/metrics"
                         ))
                     );
                     h.wait();

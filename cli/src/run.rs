@@ -254,6 +254,7 @@ pub fn embedded_server(transport: Transport) -> Result<ServerHandle, String> {
             grace: std::time::Duration::ZERO,
             quota_pages: None,
             limits: swap_backend::server::Limits::default(),
+            metrics: None,
         },
     )
     .map_err(|e| format!("cannot start the embedded memory server: {e}"))

@@ -1,4 +1,4 @@
-//! Memory server processes killed with SIGKILL under running JVMs that keep two copies of every
+//! Memory server processes under running JVMs: killed with SIGKILL under JVMs that keep two copies of every
 //! page on two servers: every run completes with the right checksum, no page is lost, and the
 //! killed server, started again on its port, rejoins without the JVM restarting.
 //!
@@ -7,6 +7,8 @@
 //! (default 60) while one server is killed and restarted every `MEMLINER_SOAK_RESTART_SECS`
 //! (default 20). `scripts/soak.sh` runs both at length. `MEMLINER_FAILOVER_SEED` replays a
 //! run's random moments (each test prints its seed).
+//!
+//! Also: a server down at start, and a server's metrics scraped while a JVM pages to it.
 //!
 //! Needs `cargo build --release --workspace` first; `scripts/test.sh` does both.
 
@@ -412,4 +414,70 @@ fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
     assert!(!out.status.success());
     assert!(out.stderr.contains("Connection refused"), "{}", out.stderr);
     assert!(!out.stdout.contains("RESULT"), "{}", out.stdout);
+}
+
+/// The body of `GET /metrics` at `addr`, if it answers.
+fn scrape(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    write!(s, "GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    Some(text.split_once("\r\n\r\n")?.1.to_string())
+}
+
+#[test]
+fn metrics_are_scraped_while_a_jvm_pages() {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let (listen, metrics) = (free(), free());
+    let mut server = memliner()
+        .args(["server", "--listen", &listen.to_string()])
+        .args(["--metrics", &metrics.to_string()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let metrics = metrics.to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while scrape(&metrics).is_none() {
+        assert!(Instant::now() < deadline, "no metrics listener");
+        std::thread::yield_now();
+    }
+    let cfg = RunConfig {
+        local: "25%".into(),
+        server: Some(format!("tcp://{listen}")),
+        ..RunConfig::default()
+    };
+    let cmd = command(Workload::Kv, "G1");
+    let jvm = std::thread::spawn(move || launch(&cfg, &cmd, true).unwrap());
+    // While it runs, its namespace shows pages held and traffic.
+    let held = |body: &str| -> u64 {
+        body.lines()
+            .filter(|l| l.starts_with("memliner_namespace_pages{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .max()
+            .unwrap_or(0)
+    };
+    let mut seen = 0;
+    while !jvm.is_finished() && seen == 0 {
+        seen = scrape(&metrics).map_or(0, |b| held(&b));
+        std::thread::yield_now();
+    }
+    let body = scrape(&metrics).unwrap();
+    let out = jvm.join().unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(checksum(&out, "kv with metrics"), reference(Workload::Kv));
+    assert!(seen > 0, "no namespace held pages during the run:\n{body}");
+    let written: u64 = body
+        .lines()
+        .filter(|l| l.starts_with("memliner_namespace_written_pages_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(written > 0, "{body}");
+    eprintln!("metrics: a namespace held {seen} pages when first scraped during the run");
 }

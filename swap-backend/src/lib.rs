@@ -12,6 +12,7 @@ pub mod cpu;
 pub mod fabric;
 pub mod fabric_ffi;
 pub mod memory;
+pub mod metrics;
 pub mod protocol;
 pub mod rdma_stack;
 pub mod replica;

@@ -37,6 +37,8 @@ pub struct ServerConfig {
     pub quota_pages: Option<u64>,
     /// Connections and the hello deadline.
     pub limits: Limits,
+    /// Where to serve the counters in the Prometheus text format (`GET /metrics`), if at all.
+    pub metrics: Option<String>,
 }
 
 /// What one server and one client may take, so that a flood of connections cannot exhaust the
@@ -75,6 +77,7 @@ impl ServerConfig {
             grace: std::time::Duration::ZERO,
             quota_pages: None,
             limits: Limits::default(),
+            metrics: None,
         }
     }
 }
@@ -88,6 +91,11 @@ struct Namespace {
     held: AtomicU64,
     /// When its last connection closed, while it waits out the grace period.
     detached: Mutex<Option<std::time::Instant>>,
+    /// For the metrics: pages read, written and freed over TCP, requests refused.
+    pages_read: AtomicU64,
+    pages_written: AtomicU64,
+    pages_freed: AtomicU64,
+    errors: AtomicU64,
 }
 
 struct Shared {
@@ -118,6 +126,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct ServerHandle {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    metrics: Option<crate::metrics::MetricsListener>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// The thread that started the server, with its and the process's CPU time then.
     started_by: (
@@ -180,6 +189,11 @@ impl ServerHandle {
     }
 
     /// Connections open now (each has a thread of its own).
+    /// Where the metrics listener (`ServerConfig::metrics`) serves, if there is one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.local_addr())
+    }
+
     pub fn open_connections(&self) -> usize {
         lock(&self.shared.connections).len()
     }
@@ -207,6 +221,9 @@ impl ServerHandle {
         self.disconnect_all();
         if let Some(t) = &self.shared.target {
             t.stop();
+        }
+        if let Some(m) = self.metrics.take() {
+            m.stop();
         }
     }
 
@@ -260,12 +277,48 @@ pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle
             .name("memliner-reaper".into())
             .spawn(move || reap_loop(&s))?;
     }
+    let metrics = match &shared.config.metrics {
+        Some(listen) => {
+            let s = shared.clone();
+            Some(
+                crate::metrics::MetricsListener::start(listen, move || figures(&s))
+                    .map_err(std::io::Error::other)?,
+            )
+        }
+        None => None,
+    };
     Ok(ServerHandle {
         addr,
         shared,
+        metrics,
         thread: Some(thread),
         started_by,
     })
+}
+
+/// The counters now, for the metrics listener.
+fn figures(shared: &Shared) -> crate::metrics::Figures {
+    let mut namespaces: Vec<crate::metrics::NamespaceFigures> = lock(&shared.namespaces)
+        .iter()
+        .map(|(name, ns)| crate::metrics::NamespaceFigures {
+            name: name.clone(),
+            pages: ns.held.load(Ordering::Relaxed),
+            connections: ns.connections.load(Ordering::Relaxed),
+            pages_read: ns.pages_read.load(Ordering::Relaxed),
+            pages_written: ns.pages_written.load(Ordering::Relaxed),
+            pages_freed: ns.pages_freed.load(Ordering::Relaxed),
+            errors: ns.errors.load(Ordering::Relaxed),
+        })
+        .collect();
+    namespaces.sort_by(|a, b| a.name.cmp(&b.name));
+    crate::metrics::Figures {
+        capacity_pages: shared.capacity_pages,
+        used_pages: shared.used_pages.load(Ordering::Relaxed),
+        connections: lock(&shared.connections).len() as u64,
+        pages_read: shared.pages_read.load(Ordering::Relaxed),
+        pages_written: shared.pages_written.load(Ordering::Relaxed),
+        namespaces,
+    }
 }
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
@@ -502,6 +555,18 @@ fn give_back(shared: &Shared, ns: &Namespace, n: u64) {
     shared.used_pages.fetch_sub(n, Ordering::SeqCst);
 }
 
+/// [`send_error`] for a request of namespace `ns`, counted in its metrics.
+fn ns_error(
+    ns: &Namespace,
+    w: &mut impl Write,
+    request: u64,
+    code: u16,
+    msg: &str,
+) -> std::io::Result<()> {
+    ns.errors.fetch_add(1, Ordering::Relaxed);
+    send_error(w, request, code, msg)
+}
+
 fn send_error(w: &mut impl Write, request: u64, code: u16, msg: &str) -> std::io::Result<()> {
     Reply::Error {
         code,
@@ -608,6 +673,10 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                         connections: AtomicU64::new(1),
                         held: AtomicU64::new(0),
                         detached: Mutex::new(None),
+                        pages_read: AtomicU64::new(0),
+                        pages_written: AtomicU64::new(0),
+                        pages_freed: AtomicU64::new(0),
+                        errors: AtomicU64::new(0),
                     });
                     all.insert(name.clone(), ns.clone());
                     Ok((ns, true))
@@ -668,7 +737,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
         let request = match Request::decode(h.op, &payload) {
             Ok(r) => r,
             Err(e) => {
-                let _ = send_error(&mut writer, h.request, code::BAD_REQUEST, &e);
+                let _ = ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, &e);
                 let _ = writer.flush();
                 return Err(format!("bad {:?} frame from a client: {e}", h.op));
             }
@@ -692,12 +761,13 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                 };
                 if let Some(id) = missing {
                     let msg = format!("page {id} is not stored in namespace '{name}'");
-                    send_error(&mut writer, h.request, code::NOT_FOUND, &msg).map_err(io)?;
+                    ns_error(&ns, &mut writer, h.request, code::NOT_FOUND, &msg).map_err(io)?;
                     continue;
                 }
                 shared
                     .pages_read
                     .fetch_add(ids.len() as u64, Ordering::Relaxed);
+                ns.pages_read.fetch_add(ids.len() as u64, Ordering::Relaxed);
                 Reply::ReadOk(&out)
                     .write_to(&mut writer, h.request)
                     .map_err(io)?;
@@ -707,7 +777,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                 let new = ids.iter().filter(|id| !pages.contains_key(id)).count() as u64;
                 if let Err((c, msg)) = reserve(shared, &ns, &name, new, new) {
                     drop(pages);
-                    send_error(&mut writer, h.request, c, &msg).map_err(io)?;
+                    ns_error(&ns, &mut writer, h.request, c, &msg).map_err(io)?;
                     continue;
                 }
                 for (id, src) in ids.iter().zip(data.chunks_exact(PAGE_SIZE)) {
@@ -722,6 +792,8 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                 shared
                     .pages_written
                     .fetch_add(ids.len() as u64, Ordering::Relaxed);
+                ns.pages_written
+                    .fetch_add(ids.len() as u64, Ordering::Relaxed);
                 Reply::WriteOk
                     .write_to(&mut writer, h.request)
                     .map_err(io)?;
@@ -732,6 +804,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                     ids.iter().filter(|id| pages.remove(id).is_some()).count() as u64
                 };
                 give_back(shared, &ns, freed);
+                ns.pages_freed.fetch_add(freed, Ordering::Relaxed);
                 Reply::FreeOk.write_to(&mut writer, h.request).map_err(io)?;
             }
             Request::Stats => {
@@ -749,12 +822,12 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
             Request::Attach => {
                 let Some(target) = shared.target.as_deref() else {
                     let msg = "this server has no one-sided listener: start it with --listen fabric://HOST:PORT";
-                    send_error(&mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
+                    ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
                     continue;
                 };
                 if session.is_some() {
                     let msg = "this connection is attached already";
-                    send_error(&mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
+                    ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
                     continue;
                 }
                 let ok = target.attach();
@@ -774,13 +847,13 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
             Request::Alloc { need, want } => {
                 let Some(s) = &session else {
                     let msg = "alloc before attach";
-                    send_error(&mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
+                    ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
                     continue;
                 };
                 let count = match reserve(shared, &ns, &name, need as u64, want as u64) {
                     Ok(n) => n as u32,
                     Err((c, msg)) => {
-                        send_error(&mut writer, h.request, c, &msg).map_err(io)?;
+                        ns_error(&ns, &mut writer, h.request, c, &msg).map_err(io)?;
                         continue;
                     }
                 };
@@ -790,14 +863,15 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                         .map_err(io)?,
                     Err(msg) => {
                         shared.used_pages.fetch_sub(count as u64, Ordering::SeqCst);
-                        send_error(&mut writer, h.request, code::BAD_REQUEST, &msg).map_err(io)?;
+                        ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, &msg)
+                            .map_err(io)?;
                     }
                 }
             }
             Request::Release { grants } => {
                 let Some(s) = &session else {
                     let msg = "release before attach";
-                    send_error(&mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
+                    ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
                     continue;
                 };
                 match s.target.release(s.id, &grants) {
@@ -808,12 +882,19 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                             .map_err(io)?;
                     }
                     Err(msg) => {
-                        send_error(&mut writer, h.request, code::BAD_REQUEST, &msg).map_err(io)?;
+                        ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, &msg)
+                            .map_err(io)?;
                     }
                 }
             }
             Request::Hello(_) => {
-                let _ = send_error(&mut writer, h.request, code::BAD_REQUEST, "second hello");
+                let _ = ns_error(
+                    &ns,
+                    &mut writer,
+                    h.request,
+                    code::BAD_REQUEST,
+                    "second hello",
+                );
                 let _ = writer.flush();
                 return Err("a second hello on one connection".into());
             }

@@ -493,3 +493,64 @@ fn replicated_pages_survive_a_restart_then_a_loss() {
     let again = restarted.lock().unwrap().take().unwrap();
     assert!(again.pages_stored() >= 512, "{}", again.pages_stored());
 }
+
+/// `GET path` over plain HTTP/1.0: the status line and the body.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+#[test]
+fn metrics_show_each_namespace_and_the_server() {
+    let s = server::spawn(
+        "127.0.0.1:0",
+        ServerConfig {
+            metrics: Some("127.0.0.1:0".into()),
+            ..ServerConfig::with_capacity(MIN_CAPACITY_PAGES * PAGE_SIZE as u64)
+        },
+    )
+    .unwrap();
+    let at = s.metrics_addr().unwrap();
+    let c = client(&s, "jvm-1", "");
+    let ids = [1u64, 2, 3];
+    let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 1)).collect();
+    c.write_pages(&ids, &data).unwrap();
+    let mut out = vec![0u8; 2 * PAGE_SIZE];
+    c.read_pages(&ids[..2], &mut out).unwrap();
+    c.free_pages(&[3]).unwrap();
+    c.read_pages(&[3], &mut out[..PAGE_SIZE]).unwrap_err();
+    let (status, body) = http_get(at, "/metrics");
+    assert!(status.contains("200"), "{status}");
+    for line in [
+        "memliner_namespace_pages{namespace=\"jvm-1\"} 2",
+        "memliner_namespace_written_pages_total{namespace=\"jvm-1\"} 3",
+        "memliner_namespace_read_pages_total{namespace=\"jvm-1\"} 2",
+        "memliner_namespace_read_bytes_total{namespace=\"jvm-1\"} 8192",
+        "memliner_namespace_freed_pages_total{namespace=\"jvm-1\"} 1",
+        "memliner_namespace_errors_total{namespace=\"jvm-1\"} 1",
+        "memliner_namespace_connections{namespace=\"jvm-1\"} 1",
+        "memliner_server_namespaces 1",
+        "memliner_server_used_bytes 8192",
+    ] {
+        assert!(body.lines().any(|l| l == line), "no '{line}' in\n{body}");
+    }
+    assert!(
+        body.contains(&format!(
+            "memliner_server_capacity_bytes {}",
+            MIN_CAPACITY_PAGES * PAGE_SIZE as u64
+        )),
+        "{body}"
+    );
+    assert!(http_get(at, "/").0.contains("404"));
+    drop(c);
+    s.stop();
+    assert!(
+        std::net::TcpStream::connect(at).is_err(),
+        "metrics outlived the server"
+    );
+}
