@@ -117,7 +117,7 @@ fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
     if options.servers.is_empty() {
         return Ok(Box::new(LocalStore::new(u64::MAX / PAGE_SIZE as u64)));
     }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = host_name();
     // One namespace per JVM: host, pid and start time tell restarts with a reused pid apart.
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -305,10 +305,22 @@ fn start_paging(rt: &Runtime) -> Result<(), String> {
     Ok(())
 }
 
+/// This host's name, for stats paths (`%h`).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
 fn write_stats(rt: &Runtime) {
-    let Some(path) = &rt.options.stats else {
+    let Some(template) = &rt.options.stats else {
         return;
     };
+    let path = &options::stats_path(template, std::process::id(), &host_name());
+    if let Some(dir) = std::path::Path::new(path).parent() {
+        // A stats directory shared by a job's executors may not exist yet.
+        let _ = std::fs::create_dir_all(dir);
+    }
     let doc = stats::document(
         &rt.options,
         rt.heap.get(),

@@ -14,7 +14,7 @@
 //! | `policy`   | `memliner` (GC-aware), `baseline` (like kernel swap) or `off` (agent loaded, heap not paged) | `memliner` |
 //! | `prefetch` | largest prefetch window in pages, 0 turns prefetching off | `32` |
 //! | `streams`  | `thread` or `class`: prefetch streams per thread or per thread class (`memliner` only) | `thread` |
-//! | `stats`    | file to write the stats JSON to at VM death (and on SIGQUIT) | none |
+//! | `stats`    | file to write the stats JSON to at VM death (and on SIGQUIT); `%p` becomes the JVM's pid and `%h` the host name (one file per executor when many JVMs share the option), a path ending in `/` is a directory to write `memliner-%h-%p.json` in | none |
 //! | `log`      | `error`, `warn`, `info`, `debug`          | `warn` |
 //! | `handlers` | fault-handler threads, 1..=16             | `1` |
 //! | `token_file` | file holding the memory servers' shared secret (else `MEMLINER_TOKEN` in the environment); never the secret itself, which the JVM's command line would show every user | none |
@@ -214,6 +214,35 @@ pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
     }
     o.check()?;
     Ok(o)
+}
+
+/// Where the stats of this JVM go for a `stats=` value: `%p` is the pid, `%h` the host name,
+/// `%%` a percent sign; a value ending in `/` is a directory for `memliner-%h-%p.json`.
+pub fn stats_path(template: &str, pid: u32, host: &str) -> String {
+    let template = if template.ends_with('/') {
+        format!("{template}memliner-%h-%p.json")
+    } else {
+        template.to_string()
+    };
+    let mut out = String::with_capacity(template.len() + 16);
+    let mut chars = template.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('p') => out.push_str(&pid.to_string()),
+            Some('h') => out.push_str(host),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
 }
 
 /// `value` among `choices` (name, value), or an error listing the names.
@@ -498,6 +527,18 @@ mod tests {
         let o = parse("local=50%,log=info", "local=25%").unwrap();
         assert_eq!(o.budget, Budget::Percent(25.0));
         assert_eq!(o.log, LogLevel::Info);
+    }
+
+    #[test]
+    fn stats_paths_take_the_pid_and_host_or_a_directory() {
+        assert_eq!(stats_path("/s/x-%p.json", 42, "h1"), "/s/x-42.json");
+        assert_eq!(
+            stats_path("/s/%h/%p-100%%.json", 7, "h1"),
+            "/s/h1/7-100%.json"
+        );
+        assert_eq!(stats_path("/s/", 7, "h1"), "/s/memliner-h1-7.json");
+        assert_eq!(stats_path("/s/plain.json", 7, "h1"), "/s/plain.json");
+        assert_eq!(stats_path("/s/a%q%", 7, "h1"), "/s/a%q%");
     }
 
     #[test]

@@ -331,6 +331,7 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
     let child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {program}: {e}"))?;
+    let child_pid = child.id();
     if !embedded.is_empty() {
         // The embedded server lives in this process: it must outlive the JVM, which may still
         // fault pages in while it runs its shutdown hooks.
@@ -348,6 +349,15 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
             eprintln!("memliner: a JVM still holds pages on the embedded server 120 s after the command exited; stopping the server");
         }
     }
+    // A template (`%p`, `%h`, a directory) names the JVM's own file: the command's when it is
+    // the JVM itself (a launcher's JVMs are for `memliner stats`).
+    let stats_path = stats_path.map(|p: PathBuf| {
+        PathBuf::from(memliner_agent::options::stats_path(
+            &p.display().to_string(),
+            child_pid,
+            &memliner_agent::host_name(),
+        ))
+    });
     let stats = stats_path.as_ref().and_then(|p| {
         let text = std::fs::read_to_string(p).ok()?;
         if cfg.stats.is_none() {

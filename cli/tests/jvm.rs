@@ -1333,3 +1333,48 @@ fn full_gc_inside_a_mark_cycle(log: &str) -> bool {
     }
     false
 }
+
+#[test]
+fn stats_paths_name_each_jvm_by_pid_and_host() {
+    let dir = std::env::temp_dir().join(format!("memliner-stats-paths-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let files = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .map(|r| {
+                r.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    // Two JVMs with one option string: two files, one per pid.
+    for _ in 0..2 {
+        let out = java_with_agent(&format!("server=local,stats={}/s-%p.json", dir.display()));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let got = files(&dir);
+    assert_eq!(got.len(), 2, "{got:?}");
+    for f in &got {
+        let pid = f.strip_prefix("s-").and_then(|f| f.strip_suffix(".json"));
+        assert!(pid.is_some_and(|p| p.parse::<u32>().is_ok()), "{f}");
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        StatsDoc::parse(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
+    }
+    // A directory (created if missing): memliner-HOST-PID.json in it.
+    let sub = dir.join("executors");
+    let out = java_with_agent(&format!("server=local,stats={}/", sub.display()));
+    assert!(out.status.success());
+    let host = memliner_agent::host_name();
+    let got = files(&sub);
+    assert!(
+        got.len() == 1 && got[0].starts_with(&format!("memliner-{host}-")),
+        "{got:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
