@@ -3,6 +3,7 @@
 
 #![deny(missing_debug_implementations)]
 
+pub mod aggregate;
 pub mod bench;
 pub mod doctor;
 pub mod locate;

@@ -103,6 +103,13 @@ enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Merge the stats files of a job's JVMs (files, or directories of them, as `stats=DIR/`
+    /// writes them): each JVM's faults, remote traffic, GC share and prefetch, and the total.
+    Stats {
+        /// Stats files, or directories holding them.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
     /// Serve memory to agents: `memliner server --listen tcp://127.0.0.1:7070 --capacity 8g`.
     Server {
         /// URL to listen on, tcp://HOST:PORT (or HOST:PORT; port 0: any free port); loopback
@@ -539,6 +546,16 @@ fn main() -> ExitCode {
                 Err(e) => fail(e),
             }
         }
+        Cmd::Stats { paths } => match memliner_cli::aggregate::load(&paths) {
+            Ok((jvms, skipped)) => {
+                for s in skipped {
+                    eprintln!("memliner: skipped {s}");
+                }
+                print!("{}", memliner_cli::aggregate::table(&jvms));
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        },
         Cmd::Doctor { java, server, json } => {
             let java = java.unwrap_or_else(locate::java);
             let r = memliner_cli::doctor::run(&java, &server);
