@@ -1366,6 +1366,15 @@ fn stats_paths_name_each_jvm_by_pid_and_host() {
         let text = std::fs::read_to_string(dir.join(f)).unwrap();
         StatsDoc::parse(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
     }
+    // The command merges them: one row each and the total.
+    let merged = memliner().arg("stats").arg(&dir).output().unwrap();
+    let table = String::from_utf8_lossy(&merged.stdout);
+    assert!(merged.status.success(), "{}", String::from_utf8_lossy(&merged.stderr));
+    assert!(
+        table.lines().filter(|l| l.starts_with("| s-")).count() == 2
+            && table.contains("| **all 2** |"),
+        "{table}"
+    );
     // A directory (created if missing): memliner-HOST-PID.json in it.
     let sub = dir.join("executors");
     let out = java_with_agent(&format!("server=local,stats={}/", sub.display()));
