@@ -1,9 +1,13 @@
-"""Spark jobs for `memliner bench --spark`, in local mode on the driver JVM.
+"""Spark jobs for `memliner bench --spark`, in local mode on the driver JVM, or with executors.
 
     spark-job.py pagerank|groupby [--collector G1] [--heap 512m] [--scale N] [--jvm-flag F]...
+                 [--executors N --executor-heap 768m]
 
 The memliner agent, when wanted, comes in the MEMLINER_AGENT_OPTS environment variable (an
--agentpath: argument) and goes to the driver JVM through spark.driver.extraJavaOptions.
+-agentpath: argument) and goes to the driver JVM through spark.driver.extraJavaOptions. With
+--executors N the job runs on Spark's local-cluster master (N separate executor JVMs, one core
+each) and the agent goes to the executors instead, through spark.executor.extraJavaOptions: give
+it a stats path with %p or ending in / there, so that each executor writes its own file.
 Integer arithmetic throughout, so the checksum is the same however the shuffle orders rows.
 Prints one line: RESULT workload=spark-JOB checksum=HEX verified=true elapsed_ms=T
 """
@@ -19,13 +23,25 @@ def session(args):
     java_opts = [f"-XX:+Use{args.collector}GC", f"-Xms{args.heap}"]
     java_opts.extend(args.jvm_flag)
     agent = os.environ.get("MEMLINER_AGENT_OPTS", "")
-    if agent:
-        java_opts.append(agent)
+    b = SparkSession.builder.appName(f"memliner-{args.job}")
+    if args.executors:
+        # Executors are JVMs of their own: the agent, the collector and a fixed heap go there.
+        mb = int(args.executor_heap.rstrip("mM"))
+        executor_opts = [f"-XX:+Use{args.collector}GC", f"-Xms{args.executor_heap}"]
+        if agent:
+            executor_opts.append(agent)
+        b = (
+            b.master(f"local-cluster[{args.executors},1,{mb + 256}]")
+            .config("spark.executor.memory", args.executor_heap)
+            .config("spark.executor.extraJavaOptions", " ".join(executor_opts))
+            .config("spark.driver.extraJavaOptions", " ".join(java_opts))
+        )
+    else:
+        if agent:
+            java_opts.append(agent)
+        b = b.master("local[2]").config("spark.driver.extraJavaOptions", " ".join(java_opts))
     return (
-        SparkSession.builder.master("local[2]")
-        .appName(f"memliner-{args.job}")
-        .config("spark.driver.memory", args.heap)
-        .config("spark.driver.extraJavaOptions", " ".join(java_opts))
+        b.config("spark.driver.memory", args.heap)
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.adaptive.enabled", "false")
@@ -105,6 +121,8 @@ def main():
     p.add_argument("--scale", type=int, default=1)
     # The driver's JVM is JAVA_HOME's (a GC-hook patched JDK wants -XX:+MemLinerLineUp here).
     p.add_argument("--jvm-flag", action="append", default=[], help="a driver JVM option")
+    p.add_argument("--executors", type=int, default=0, help="executor JVMs (local-cluster)")
+    p.add_argument("--executor-heap", default="768m", help="each executor's heap (MiB)")
     args = p.parse_args()
     t0 = time.time()
     spark = session(args)

@@ -8,7 +8,8 @@
 //! (default 20). `scripts/soak.sh` runs both at length. `MEMLINER_FAILOVER_SEED` replays a
 //! run's random moments (each test prints its seed).
 //!
-//! Also: a server down at start, and a server's metrics scraped while a JVM pages to it.
+//! Also: a server down at start, a server's metrics scraped while a JVM pages to it, and Spark
+//! executors (local-cluster, PySpark from target/spark-venv) paging to one server.
 //!
 //! Needs `cargo build --release --workspace` first; `scripts/test.sh` does both.
 
@@ -480,4 +481,74 @@ fn metrics_are_scraped_while_a_jvm_pages() {
         .sum();
     assert!(written > 0, "{body}");
     eprintln!("metrics: a namespace held {seen} pages when first scraped during the run");
+}
+
+/// `scripts/spark-job.py JOB ARGS...` with target/spark-venv's Python (`scripts/spark-setup.sh`),
+/// the agent string in MEMLINER_AGENT_OPTS when given; `None` (and why) without PySpark.
+fn spark_job(args: &[&str], agent: Option<&str>) -> Option<std::process::Output> {
+    let root = locate::project_root().unwrap();
+    let python = root.join("target/spark-venv/bin/python");
+    if !python.exists() {
+        eprintln!("skipped: no PySpark in target/spark-venv (scripts/spark-setup.sh installs it)");
+        return None;
+    }
+    let mut cmd = Command::new(python);
+    cmd.arg(root.join("scripts/spark-job.py")).args(args);
+    cmd.env_remove("MEMLINER_AGENT_OPTS");
+    if let Some(a) = agent {
+        cmd.env("MEMLINER_AGENT_OPTS", a);
+    }
+    Some(cmd.output().unwrap())
+}
+
+fn spark_checksum(out: &std::process::Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = workloads::parse_result(&stdout).unwrap_or_else(|| panic!("{what}: {stdout}"));
+    assert_eq!(workloads::field(&r, "verified"), Some("true"));
+    workloads::field(&r, "checksum").unwrap().to_string()
+}
+
+#[test]
+fn spark_local_cluster_executors_page_to_one_server() {
+    let Some(local) = spark_job(&["groupby"], None) else {
+        return;
+    };
+    let reference = spark_checksum(&local, "groupby, local mode, no agent");
+    let server = Server::start();
+    let dir = temp("spark-executors");
+    let _ = std::fs::remove_dir_all(&dir);
+    let agent = format!(
+        "-agentpath:{}=server={},local=25%,stats={}/",
+        locate::agent().unwrap().display(),
+        server.url(),
+        dir.display()
+    );
+    let out = spark_job(
+        &["groupby", "--executors", "2", "--executor-heap", "512m"],
+        Some(&agent),
+    )
+    .unwrap();
+    assert_eq!(
+        spark_checksum(&out, "groupby on 2 executors at 25% local"),
+        reference
+    );
+    // Each executor wrote its own stats file, and each paged to the server.
+    let (jvms, skipped) = memliner_cli::aggregate::load(std::slice::from_ref(&dir)).unwrap();
+    assert!(skipped.is_empty(), "{skipped:?}");
+    assert_eq!(jvms.len(), 2, "one stats file per executor: {jvms:?}");
+    for j in &jvms {
+        assert!(j.doc.faults.remote > 0, "{} never paged", j.name);
+        let store = &j.doc.pager.as_ref().unwrap().store;
+        assert_eq!(store, &server.url(), "{}", j.name);
+    }
+    // Two namespaces, one per executor (the probe's is the third; the executors' wait out
+    // the grace period).
+    let namespaces = server.probe.server_stats().unwrap().namespaces;
+    assert_eq!(namespaces, 3, "namespaces on the server");
+    eprintln!("{}", memliner_cli::aggregate::table(&jvms));
 }

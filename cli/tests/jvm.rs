@@ -1369,7 +1369,11 @@ fn stats_paths_name_each_jvm_by_pid_and_host() {
     // The command merges them: one row each and the total.
     let merged = memliner().arg("stats").arg(&dir).output().unwrap();
     let table = String::from_utf8_lossy(&merged.stdout);
-    assert!(merged.status.success(), "{}", String::from_utf8_lossy(&merged.stderr));
+    assert!(
+        merged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&merged.stderr)
+    );
     assert!(
         table.lines().filter(|l| l.starts_with("| s-")).count() == 2
             && table.contains("| **all 2** |"),
