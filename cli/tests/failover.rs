@@ -83,11 +83,7 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_addr().port();
         let (child, probe) = Server::spawn(port);
         Server {
             port,
@@ -154,6 +150,14 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A loopback address nothing listens on (now).
+fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }
 
 fn command(w: Workload, gc: &str) -> Vec<String> {
@@ -382,13 +386,7 @@ fn soak() {
 fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
     let up = Server::start();
     // Ports nothing listens on.
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-    };
-    let (dead, dead_too) = (free(), free());
+    let (dead, dead_too) = (free_addr(), free_addr());
     let cfg = RunConfig {
         local: "25%".into(),
         server: Some(format!("{}+tcp://{dead}", up.url())),
@@ -429,13 +427,7 @@ fn scrape(addr: &str) -> Option<String> {
 
 #[test]
 fn metrics_are_scraped_while_a_jvm_pages() {
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-    };
-    let (listen, metrics) = (free(), free());
+    let (listen, metrics) = (free_addr(), free_addr());
     let mut server = memliner()
         .args(["server", "--listen", &listen.to_string()])
         .args(["--metrics", &metrics.to_string()])

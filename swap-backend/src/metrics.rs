@@ -39,107 +39,114 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// `f` in the Prometheus text exposition format (version 0.0.4).
-pub fn render(f: &Figures) -> String {
-    let page = crate::protocol::PAGE_SIZE as u64;
-    let mut out = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, v) in samples {
-            let _ = writeln!(out, "{name}{labels} {v}");
-        }
-    };
-    let one = |v: u64| vec![(String::new(), v)];
-    family(
-        "memliner_server_capacity_bytes",
-        "gauge",
-        "Bytes of page storage for all clients together.",
-        &one(f.capacity_pages * page),
-    );
-    family(
-        "memliner_server_used_bytes",
-        "gauge",
-        "Bytes of page storage held by clients.",
-        &one(f.used_pages * page),
-    );
-    family(
-        "memliner_server_connections",
-        "gauge",
-        "Client connections open.",
-        &one(f.connections),
-    );
-    family(
-        "memliner_server_namespaces",
-        "gauge",
-        "Namespaces held (one per client JVM).",
-        &one(f.namespaces.len() as u64),
-    );
-    family(
-        "memliner_server_read_bytes_total",
-        "counter",
-        "Page bytes read by clients over TCP.",
-        &one(f.pages_read * page),
-    );
-    family(
-        "memliner_server_written_bytes_total",
-        "counter",
-        "Page bytes written by clients over TCP.",
-        &one(f.pages_written * page),
-    );
-    let per = |get: fn(&NamespaceFigures) -> u64| -> Vec<(String, u64)> {
-        f.namespaces
-            .iter()
-            .map(|n| (format!("{{namespace=\"{}\"}}", label(&n.name)), get(n)))
-            .collect()
-    };
-    family(
+type PerNamespace = fn(&NamespaceFigures) -> u64;
+
+/// The per-namespace families: name, type, help, value.
+const NAMESPACE_FAMILIES: [(&str, &str, &str, PerNamespace); 8] = [
+    (
         "memliner_namespace_pages",
         "gauge",
         "Pages a namespace holds (stored, and one-sided slots granted).",
-        &per(|n| n.pages),
-    );
-    family(
+        |n| n.pages,
+    ),
+    (
         "memliner_namespace_connections",
         "gauge",
         "Connections open in a namespace.",
-        &per(|n| n.connections),
-    );
-    family(
+        |n| n.connections,
+    ),
+    (
         "memliner_namespace_read_pages_total",
         "counter",
         "Pages a namespace read over TCP.",
-        &per(|n| n.pages_read),
-    );
-    family(
+        |n| n.pages_read,
+    ),
+    (
         "memliner_namespace_written_pages_total",
         "counter",
         "Pages a namespace wrote over TCP.",
-        &per(|n| n.pages_written),
-    );
-    family(
+        |n| n.pages_written,
+    ),
+    (
         "memliner_namespace_read_bytes_total",
         "counter",
         "Page bytes a namespace read over TCP.",
-        &per(|n| n.pages_read * crate::protocol::PAGE_SIZE as u64),
-    );
-    family(
+        |n| n.pages_read * crate::protocol::PAGE_SIZE as u64,
+    ),
+    (
         "memliner_namespace_written_bytes_total",
         "counter",
         "Page bytes a namespace wrote over TCP.",
-        &per(|n| n.pages_written * crate::protocol::PAGE_SIZE as u64),
-    );
-    family(
+        |n| n.pages_written * crate::protocol::PAGE_SIZE as u64,
+    ),
+    (
         "memliner_namespace_freed_pages_total",
         "counter",
         "Pages a namespace freed.",
-        &per(|n| n.pages_freed),
-    );
-    family(
+        |n| n.pages_freed,
+    ),
+    (
         "memliner_namespace_errors_total",
         "counter",
         "Requests of a namespace the server refused.",
-        &per(|n| n.errors),
-    );
+        |n| n.errors,
+    ),
+];
+
+/// `f` in the Prometheus text exposition format (version 0.0.4).
+pub fn render(f: &Figures) -> String {
+    let page = crate::protocol::PAGE_SIZE as u64;
+    let server = [
+        (
+            "memliner_server_capacity_bytes",
+            "gauge",
+            "Bytes of page storage for all clients together.",
+            f.capacity_pages * page,
+        ),
+        (
+            "memliner_server_used_bytes",
+            "gauge",
+            "Bytes of page storage held by clients.",
+            f.used_pages * page,
+        ),
+        (
+            "memliner_server_connections",
+            "gauge",
+            "Client connections open.",
+            f.connections,
+        ),
+        (
+            "memliner_server_namespaces",
+            "gauge",
+            "Namespaces held (one per client JVM).",
+            f.namespaces.len() as u64,
+        ),
+        (
+            "memliner_server_read_bytes_total",
+            "counter",
+            "Page bytes read by clients over TCP.",
+            f.pages_read * page,
+        ),
+        (
+            "memliner_server_written_bytes_total",
+            "counter",
+            "Page bytes written by clients over TCP.",
+            f.pages_written * page,
+        ),
+    ];
+    let mut out = String::new();
+    for (name, kind, help, v) in server {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
+    }
+    for (name, kind, help, get) in NAMESPACE_FAMILIES {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for n in &f.namespaces {
+            let _ = writeln!(out, "{name}{{namespace=\"{}\"}} {}", label(&n.name), get(n));
+        }
+    }
     out
 }
 
