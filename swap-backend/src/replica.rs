@@ -514,6 +514,69 @@ impl Inner {
         parts.join("; ")
     }
 
+    /// Runs `f` on server `i`'s store; `Ok` carries the incarnation it ran on, `Err(None)`
+    /// means the server is down, and a failure that means it is gone marks it lost.
+    fn on_server<T>(
+        &self,
+        i: usize,
+        f: impl FnOnce(&dyn PageStore) -> Result<T, StoreError>,
+    ) -> Result<(T, u32), Option<StoreError>> {
+        let (store, inc) = self.store(i).ok_or(None)?;
+        f(store.as_ref()).map(|t| (t, inc)).map_err(|e| {
+            if is_loss(&e) {
+                self.lose(i, inc, &e);
+            }
+            Some(e)
+        })
+    }
+
+    /// Reads the pages at `positions` of `ids` from server `i` into their places in `out`.
+    fn read_on(
+        &self,
+        i: usize,
+        ids: &[u64],
+        positions: &[usize],
+        out: &mut [u8],
+    ) -> Result<(), Option<StoreError>> {
+        self.on_server(i, |store| {
+            if positions.len() == ids.len() {
+                return store.read_pages(ids, out);
+            }
+            let sub: Vec<u64> = positions.iter().map(|&p| ids[p]).collect();
+            let mut buf = vec![0u8; sub.len() * PAGE_SIZE];
+            store.read_pages(&sub, &mut buf)?;
+            for (src, &p) in buf.chunks_exact(PAGE_SIZE).zip(positions) {
+                out[p * PAGE_SIZE..(p + 1) * PAGE_SIZE].copy_from_slice(src);
+            }
+            Ok(())
+        })
+        .map(|((), _)| ())
+    }
+
+    /// Writes the pages at `positions` of `ids` (their bytes in `data`) to server `i`;
+    /// returns the incarnation written to.
+    fn write_on(
+        &self,
+        i: usize,
+        ids: &[u64],
+        positions: &[usize],
+        data: &[u8],
+    ) -> Result<u32, Option<StoreError>> {
+        self.on_server(i, |store| {
+            if positions.len() == ids.len() {
+                return store.write_pages(ids, data);
+            }
+            let sub: Vec<u64> = positions.iter().map(|&p| ids[p]).collect();
+            let buf: Vec<u8> = positions
+                .iter()
+                .flat_map(|&p| &data[p * PAGE_SIZE..(p + 1) * PAGE_SIZE])
+                .copied()
+                .collect();
+            store.write_pages(&sub, &buf)
+        })
+        .map(|((), inc)| inc)
+    }
+
     fn read(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
         let _gates = self.read_gates(ids);
         let n = self.n();
@@ -565,29 +628,7 @@ impl Inner {
                     self.reads_failed_over
                         .fetch_add(positions.len() as u64, Ordering::Relaxed);
                 }
-                let result = match self.store(i) {
-                    None => Err(None),
-                    Some((store, inc)) => {
-                        let r = if positions.len() == ids.len() {
-                            store.read_pages(ids, out)
-                        } else {
-                            let sub: Vec<u64> = positions.iter().map(|&p| ids[p]).collect();
-                            let mut buf = vec![0u8; sub.len() * PAGE_SIZE];
-                            store.read_pages(&sub, &mut buf).map(|()| {
-                                for (src, &p) in buf.chunks_exact(PAGE_SIZE).zip(&positions) {
-                                    out[p * PAGE_SIZE..(p + 1) * PAGE_SIZE].copy_from_slice(src);
-                                }
-                            })
-                        };
-                        r.map_err(|e| {
-                            if is_loss(&e) {
-                                self.lose(i, inc, &e);
-                            }
-                            Some(e)
-                        })
-                    }
-                };
-                match result {
+                match self.read_on(i, ids, &positions, out) {
                     Ok(()) => {
                         self.slots[i]
                             .pages_read
@@ -655,39 +696,13 @@ impl Inner {
                 if positions.is_empty() {
                     continue;
                 }
-                let result = match self.store(i) {
-                    None => Err(None),
-                    Some((store, inc)) => {
-                        let r = if positions.len() == ids.len() {
-                            store.write_pages(ids, data)
-                        } else {
-                            let sub: Vec<u64> = positions.iter().map(|&p| ids[p]).collect();
-                            let buf: Vec<u8> = positions
-                                .iter()
-                                .flat_map(|&p| &data[p * PAGE_SIZE..(p + 1) * PAGE_SIZE])
-                                .copied()
-                                .collect();
-                            store.write_pages(&sub, &buf)
-                        };
-                        match r {
-                            Ok(()) => {
-                                incs[i] = Some(inc);
-                                Ok(())
-                            }
-                            Err(e) => {
-                                if is_loss(&e) {
-                                    self.lose(i, inc, &e);
-                                }
-                                Err(Some(e))
-                            }
-                        }
-                    }
-                };
+                let result = self.write_on(i, ids, &positions, data);
                 for &p in &positions {
                     tried[p] |= bit(i);
                 }
                 match result {
-                    Ok(()) => {
+                    Ok(inc) => {
+                        incs[i] = Some(inc);
                         self.slots[i]
                             .pages_written
                             .fetch_add(positions.len() as u64, Ordering::Relaxed);
@@ -737,13 +752,8 @@ impl Inner {
         if ids.is_empty() {
             return;
         }
-        if let Some((store, inc)) = self.store(i) {
-            if let Err(e) = store.free_pages(ids) {
-                if is_loss(&e) {
-                    self.lose(i, inc, &e);
-                }
-            }
-        }
+        // Best effort: a copy that stays behind is unreachable, and a lost server is marked.
+        let _ = self.on_server(i, |store| store.free_pages(ids));
     }
 
     fn free(&self, ids: &[u64]) -> Result<(), StoreError> {
@@ -932,23 +942,10 @@ impl Inner {
         let mut buf = vec![0u8; ids.len() * PAGE_SIZE];
         let mut read_ok = vec![false; ids.len()];
         for (i, positions) in sources.iter().enumerate() {
-            if positions.is_empty() {
-                continue;
-            }
-            let Some((store, inc)) = self.store(i) else {
-                continue;
-            };
-            let sub: Vec<u64> = positions.iter().map(|&p| ids[p]).collect();
-            let mut part = vec![0u8; sub.len() * PAGE_SIZE];
-            match store.read_pages(&sub, &mut part) {
-                Ok(()) => {
-                    for (src, &p) in part.chunks_exact(PAGE_SIZE).zip(positions) {
-                        buf[p * PAGE_SIZE..(p + 1) * PAGE_SIZE].copy_from_slice(src);
-                        read_ok[p] = true;
-                    }
+            if !positions.is_empty() && self.read_on(i, ids, positions, &mut buf).is_ok() {
+                for &p in positions {
+                    read_ok[p] = true;
                 }
-                Err(e) if is_loss(&e) => self.lose(i, inc, &e),
-                Err(_) => {}
             }
         }
         let mut copied = false;
@@ -959,32 +956,17 @@ impl Inner {
             if positions.is_empty() {
                 continue;
             }
-            let Some((store, inc)) = self.store(i) else {
-                continue;
-            };
-            let sub: Vec<u64> = positions.iter().map(|&p| ids[p]).collect();
-            let data: Vec<u8> = positions
-                .iter()
-                .flat_map(|&p| &buf[p * PAGE_SIZE..(p + 1) * PAGE_SIZE])
-                .copied()
-                .collect();
-            match store.write_pages(&sub, &data) {
-                Ok(()) => {
-                    let mut incs = vec![None; n];
-                    incs[i] = Some(inc);
-                    for &id in &sub {
-                        self.masks.modify(id, |m| m | bit(i));
-                        self.recheck(id, bit(i), &incs);
-                    }
-                    self.slots[i]
-                        .pages_written
-                        .fetch_add(sub.len() as u64, Ordering::Relaxed);
-                    self.pages_recopied
-                        .fetch_add(sub.len() as u64, Ordering::Relaxed);
-                    copied = true;
+            if let Ok(inc) = self.write_on(i, ids, &positions, &buf) {
+                let mut incs = vec![None; n];
+                incs[i] = Some(inc);
+                for &p in &positions {
+                    self.masks.modify(ids[p], |m| m | bit(i));
+                    self.recheck(ids[p], bit(i), &incs);
                 }
-                Err(e) if is_loss(&e) => self.lose(i, inc, &e),
-                Err(_) => {}
+                let k = positions.len() as u64;
+                self.slots[i].pages_written.fetch_add(k, Ordering::Relaxed);
+                self.pages_recopied.fetch_add(k, Ordering::Relaxed);
+                copied = true;
             }
         }
         copied
