@@ -122,7 +122,7 @@ fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let namespace = format!("{}/{}/{started:x}", host.trim(), std::process::id());
+    let namespace = format!("{host}/{}/{started:x}", std::process::id());
     let token =
         swap_backend::auth::load_token(options.token_file.as_deref().map(std::path::Path::new))?
             .unwrap_or_default();

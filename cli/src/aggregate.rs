@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use memliner_agent::stats::doc::StatsDoc;
 use swap_backend::units::format_size;
+use swap_backend::PAGE_SIZE;
 
 /// One JVM's document and where it came from.
 #[derive(Debug)]
@@ -146,8 +147,8 @@ impl Row {
             self.faults,
             self.remote,
             pct(self.gc_remote, self.remote as f64),
-            format_size(self.read_pages * 4096),
-            format_size(self.written_pages * 4096),
+            format_size(self.read_pages * PAGE_SIZE as u64),
+            format_size(self.written_pages * PAGE_SIZE as u64),
             accuracy,
             coverage,
         )
