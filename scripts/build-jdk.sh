@@ -155,11 +155,13 @@ if [ ! -f "$built" ]; then
   make_pid=$!
   # Progress once a minute: objects compiled since the start, of the objects a whole build has
   # (make does not say how many of them a change makes it rebuild).
-  whole=$(find "$objs" -name '*.o' 2>/dev/null | wc -l)
+  # (On a cold build the folder does not exist yet: find fails, and under pipefail so would the
+  # assignment, ending the script while make goes on alone.)
+  whole=$(find "$objs" -name '*.o' 2>/dev/null | wc -l || true)
   while kill -0 "$make_pid" 2>/dev/null; do
     sleep 5
     if [ $(( ($(date +%s) - start) % 60 )) -lt 5 ]; then
-      done_n=$(find "$objs" -name '*.o' -newer "$stamp" 2>/dev/null | wc -l)
+      done_n=$(find "$objs" -name '*.o' -newer "$stamp" 2>/dev/null | wc -l || true)
       if [ "$whole" -gt 0 ]; then of="of the $whole a whole build compiles"; else of="(a first build)"; fi
       say "  compiled $done_n objects $of ($(( ($(date +%s) - start) / 60 )) min)"
     fi
