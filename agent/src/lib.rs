@@ -312,11 +312,28 @@ pub fn host_name() -> String {
         .unwrap_or_default()
 }
 
-fn write_stats(rt: &Runtime) {
-    let Some(template) = &rt.options.stats else {
+/// When the stats document is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StatsMoment {
+    /// At VM death: to the `stats=` file, if any.
+    VmDeath,
+    /// On SIGQUIT (`memliner stats PID`, `kill -QUIT`): to the `stats=` file, else to the
+    /// JVM's temporary directory, where `memliner stats PID` looks.
+    Requested,
+}
+
+fn write_stats(rt: &Runtime, moment: StatsMoment) {
+    let template = rt.options.stats.as_deref();
+    if template.is_none() && moment == StatsMoment::VmDeath {
         return;
-    };
-    let path = &options::stats_path(template, std::process::id(), &host_name());
+    }
+    let tmpdir = std::env::var("TMPDIR").ok();
+    let path = &options::dump_path(
+        template,
+        std::process::id(),
+        &host_name(),
+        tmpdir.as_deref(),
+    );
     if let Some(dir) = std::path::Path::new(path).parent() {
         // A stats directory shared by a job's executors may not exist yet.
         let _ = std::fs::create_dir_all(dir);
@@ -368,7 +385,7 @@ unsafe extern "C" fn on_vm_init(_: *mut jvmti::JvmtiEnv, _: *mut jvmti::JniEnv, 
 unsafe extern "C" fn on_vm_death(_: *mut jvmti::JvmtiEnv, _: *mut jvmti::JniEnv) {
     guarded("VMDeath", || {
         if let Some(rt) = RUNTIME.get() {
-            write_stats(rt);
+            write_stats(rt, StatsMoment::VmDeath);
         }
     })
 }
@@ -388,7 +405,7 @@ unsafe extern "C" fn on_thread_start(
 unsafe extern "C" fn on_data_dump(_: *mut jvmti::JvmtiEnv) {
     guarded("DataDumpRequest", || {
         if let Some(rt) = RUNTIME.get() {
-            write_stats(rt);
+            write_stats(rt, StatsMoment::Requested);
         }
     })
 }

@@ -14,7 +14,7 @@
 //! | `policy`   | `memliner` (GC-aware), `baseline` (like kernel swap) or `off` (agent loaded, heap not paged) | `memliner` |
 //! | `prefetch` | largest prefetch window in pages, 0 turns prefetching off | `32` |
 //! | `streams`  | `thread` or `class`: prefetch streams per thread or per thread class (`memliner` only) | `thread` |
-//! | `stats`    | file to write the stats JSON to at VM death (and on SIGQUIT); `%p` becomes the JVM's pid and `%h` the host name (one file per executor when many JVMs share the option), a path ending in `/` is a directory to write `memliner-%h-%p.json` in | none |
+//! | `stats`    | file to write the stats JSON to at VM death and on SIGQUIT (without it, SIGQUIT writes `memliner-HOST-PID.json` in `TMPDIR`, else /tmp, for `memliner stats PID`); `%p` becomes the JVM's pid and `%h` the host name (one file per executor when many JVMs share the option), a path ending in `/` is a directory to write `memliner-%h-%p.json` in | none |
 //! | `log`      | `error`, `warn`, `info`, `debug`          | `warn` |
 //! | `handlers` | fault-handler threads, 1..=16             | `1` |
 //! | `token_file` | file holding the memory servers' shared secret (else `MEMLINER_TOKEN` in the environment); never the secret itself, which the JVM's command line would show every user | none |
@@ -214,6 +214,19 @@ pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
     }
     o.check()?;
     Ok(o)
+}
+
+/// Where a JVM's stats document goes when it is asked for one (SIGQUIT, `memliner stats
+/// PID`): its `stats=` file, else `memliner-HOST-PID.json` in `tmpdir` (the JVM's `TMPDIR`,
+/// else /tmp). Defined once for the agent, which writes there, and the command, which reads.
+pub fn dump_path(stats: Option<&str>, pid: u32, host: &str, tmpdir: Option<&str>) -> String {
+    match stats {
+        Some(template) => stats_path(template, pid, host),
+        None => {
+            let dir = tmpdir.filter(|t| !t.is_empty()).unwrap_or("/tmp");
+            stats_path(&format!("{}/", dir.trim_end_matches('/')), pid, host)
+        }
+    }
 }
 
 /// Where the stats of this JVM go for a `stats=` value: `%p` is the pid, `%h` the host name,
@@ -539,6 +552,20 @@ mod tests {
         assert_eq!(stats_path("/s/", 7, "h1"), "/s/memliner-h1-7.json");
         assert_eq!(stats_path("/s/plain.json", 7, "h1"), "/s/plain.json");
         assert_eq!(stats_path("/s/a%q%", 7, "h1"), "/s/a%q%");
+        // Asked for stats without a `stats=` file: the JVM's temporary directory.
+        assert_eq!(
+            dump_path(Some("/s/"), 7, "h1", None),
+            "/s/memliner-h1-7.json"
+        );
+        assert_eq!(dump_path(None, 7, "h1", None), "/tmp/memliner-h1-7.json");
+        assert_eq!(
+            dump_path(None, 7, "h1", Some("/t/")),
+            "/t/memliner-h1-7.json"
+        );
+        assert_eq!(
+            dump_path(None, 7, "h1", Some("")),
+            "/tmp/memliner-h1-7.json"
+        );
     }
 
     #[test]

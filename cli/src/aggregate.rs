@@ -1,9 +1,12 @@
-//! `memliner stats PATH...`: the stats files of a job's JVMs (a Spark application's executors,
-//! written with `stats=DIR/` or `stats=...%p...`) merged into one table, each JVM and the total.
+//! `memliner stats PATH|PID...`: the stats files of a job's JVMs (a Spark application's
+//! executors, written with `stats=DIR/` or `stats=...%p...`), and running JVMs' figures asked
+//! for on the spot, merged into one table: each JVM and the total.
 
 use std::path::{Path, PathBuf};
 
 use memliner_agent::stats::doc::StatsDoc;
+
+use crate::live::{self, Source};
 use swap_backend::units::format_size;
 use swap_backend::PAGE_SIZE;
 
@@ -68,15 +71,42 @@ pub fn load(paths: &[PathBuf]) -> Result<(Vec<Jvm>, Vec<String>), String> {
     Ok((jvms, skipped))
 }
 
-/// The sums a row shows.
+/// The documents of `memliner stats`'s arguments, in their order: files, directories of them
+/// (as `load`), and running JVMs asked for theirs (`live::request`), named `pid N`. Also the
+/// lines to print on the side: strangers skipped, where a JVM wrote its document.
+pub fn gather(sources: &[Source]) -> Result<(Vec<Jvm>, Vec<String>), String> {
+    let mut jvms = Vec::new();
+    let mut notes = Vec::new();
+    for s in sources {
+        match s {
+            Source::Path(p) => {
+                let (found, skipped) = load(std::slice::from_ref(p))?;
+                jvms.extend(found);
+                notes.extend(skipped.into_iter().map(|s| format!("skipped {s}")));
+            }
+            Source::Pid(pid) => {
+                let (path, doc) = live::request(*pid, live::TIMEOUT)?;
+                notes.push(format!("JVM {pid} wrote its stats to {}", path.display()));
+                jvms.push(Jvm {
+                    name: format!("pid {pid}"),
+                    doc,
+                });
+            }
+        }
+    }
+    Ok((jvms, notes))
+}
+
+/// The sums a row shows: one JVM's figures, or a job's summed (`Totals::sum`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Row {
-    wall_s: f64,
-    faults: u64,
-    remote: u64,
-    gc_remote: f64,
-    read_pages: u64,
-    written_pages: u64,
+pub struct Totals {
+    pub wall_s: f64,
+    pub faults: u64,
+    pub remote: u64,
+    /// Remote faults taken by GC threads (a share of each JVM's remote faults, summed).
+    pub gc_remote: f64,
+    pub read_pages: u64,
+    pub written_pages: u64,
     marker_hits: u64,
     marker_misses: u64,
     hit_pages: u64,
@@ -86,14 +116,14 @@ struct Row {
     own: Option<(Option<f64>, Option<f64>)>,
 }
 
-impl Row {
-    fn of(d: &StatsDoc) -> Row {
+impl Totals {
+    pub fn of(d: &StatsDoc) -> Totals {
         let (read_pages, written_pages) = d
             .pager
             .as_ref()
             .map_or((0, 0), |p| (p.remote.pages_read, p.remote.pages_written));
         let pf = d.prefetch.as_ref().map(|p| &p.all);
-        Row {
+        Totals {
             wall_s: d.wall_ms / 1e3,
             faults: d.faults.total,
             remote: d.faults.remote,
@@ -108,8 +138,20 @@ impl Row {
         }
     }
 
-    fn add(self, o: Row) -> Row {
-        Row {
+    /// The figures of a job's JVMs together.
+    pub fn sum<'a>(docs: impl IntoIterator<Item = &'a StatsDoc>) -> Totals {
+        docs.into_iter()
+            .map(Totals::of)
+            .fold(Totals::default(), Totals::add)
+    }
+
+    /// The GC threads' share of the remote faults.
+    pub fn gc_share(&self) -> Option<f64> {
+        (self.remote > 0).then(|| self.gc_remote / self.remote as f64)
+    }
+
+    fn add(self, o: Totals) -> Totals {
+        Totals {
             // The job's JVMs run side by side: the longest is the job's.
             wall_s: self.wall_s.max(o.wall_s),
             faults: self.faults + o.faults,
@@ -161,9 +203,9 @@ pub fn table(jvms: &[Jvm]) -> String {
     let mut out = String::from(
         "| JVM | wall s | faults | remote | GC share of remote | remote read | remote written | prefetch accuracy | prefetch coverage |\n|---|---|---|---|---|---|---|---|---|\n",
     );
-    let mut total = Row::default();
+    let mut total = Totals::default();
     for j in jvms {
-        let r = Row::of(&j.doc);
+        let r = Totals::of(&j.doc);
         total = total.add(r);
         out += &r.cells(&j.name);
         out.push('\n');
@@ -218,7 +260,7 @@ mod tests {
                 doc: b,
             },
         ]);
-        let one = Row::of(&a);
+        let one = Totals::of(&a);
         let row = |name: &str| {
             t.lines()
                 .find(|l| l.starts_with(&format!("| {name} |")))

@@ -6,6 +6,7 @@
 pub mod aggregate;
 pub mod bench;
 pub mod doctor;
+pub mod live;
 pub mod locate;
 pub mod run;
 pub mod summary;

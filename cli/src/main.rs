@@ -103,12 +103,13 @@ enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
-    /// Merge the stats files of a job's JVMs (files, or directories of them, as `stats=DIR/`
-    /// writes them): each JVM's faults, remote traffic, GC share and prefetch, and the total.
+    /// Merge the stats of a job's JVMs (files, or directories of them as `stats=DIR/` writes
+    /// them, or the pids of running JVMs, asked for their figures now by SIGQUIT): each JVM's
+    /// faults, remote traffic, GC share and prefetch, and the total.
     Stats {
-        /// Stats files, or directories holding them.
-        #[arg(required = true)]
-        paths: Vec<PathBuf>,
+        /// Stats files, directories holding them, or pids of running JVMs with the agent.
+        #[arg(required = true, value_name = "PATH|PID", value_parser = parse_source)]
+        sources: Vec<memliner_cli::live::Source>,
     },
     /// Serve memory to agents: `memliner server --listen tcp://127.0.0.1:7070 --capacity 8g`.
     Server {
@@ -178,9 +179,14 @@ enum Cmd {
         /// scripts/spark-setup.sh once.
         #[arg(long)]
         spark: bool,
-        /// Only the Spark jobs (implies --spark).
+        /// Only the Spark jobs (implies --spark; with --spark-cluster, the cluster rows too).
         #[arg(long)]
         spark_only: bool,
+        /// Add the Spark jobs on 2 executor JVMs (Spark's local-cluster master, 512 MiB
+        /// each, the agent in every executor, the driver not paged) on the first collector;
+        /// needs scripts/spark-setup.sh once.
+        #[arg(long)]
+        spark_cluster: bool,
         /// Skip the kernel baseline (zram swap under a cgroup memory limit; needs root).
         #[arg(long)]
         no_kernel: bool,
@@ -242,6 +248,10 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+fn parse_source(arg: &str) -> Result<memliner_cli::live::Source, String> {
+    Ok(memliner_cli::live::Source::parse(arg))
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -434,6 +444,7 @@ fn main() -> ExitCode {
             quick,
             spark,
             spark_only,
+            spark_cluster,
             no_kernel,
             kernel_only,
             heap_mb,
@@ -480,11 +491,7 @@ fn main() -> ExitCode {
                 cfg.reps = r.max(1);
             }
             if let Some(ws) = workloads {
-                let known: Vec<bench::BenchWorkload> = workloads::Workload::ALL
-                    .map(bench::BenchWorkload::Java)
-                    .into_iter()
-                    .chain(bench::spark::Job::ALL.map(bench::BenchWorkload::Spark))
-                    .collect();
+                let known = bench::BenchWorkload::all();
                 let mut picked = Vec::new();
                 for name in ws {
                     match known.iter().find(|w| w.name() == name) {
@@ -520,10 +527,18 @@ fn main() -> ExitCode {
             if spark_only {
                 cfg.workloads.clear();
             }
+            let mut deploys = Vec::new();
             if spark || spark_only {
-                for job in bench::spark::Job::ALL.map(bench::BenchWorkload::Spark) {
-                    if !cfg.workloads.contains(&job) {
-                        cfg.workloads.push(job);
+                deploys.push(bench::spark::Deploy::Local);
+            }
+            if spark_cluster {
+                deploys.push(bench::spark::Deploy::Cluster);
+            }
+            for deploy in deploys {
+                for job in bench::spark::Job::ALL {
+                    let w = bench::BenchWorkload::Spark(job, deploy);
+                    if !cfg.workloads.contains(&w) {
+                        cfg.workloads.push(w);
                     }
                 }
             }
@@ -546,10 +561,10 @@ fn main() -> ExitCode {
                 Err(e) => fail(e),
             }
         }
-        Cmd::Stats { paths } => match memliner_cli::aggregate::load(&paths) {
-            Ok((jvms, skipped)) => {
-                for s in skipped {
-                    eprintln!("memliner: skipped {s}");
+        Cmd::Stats { sources } => match memliner_cli::aggregate::gather(&sources) {
+            Ok((jvms, notes)) => {
+                for n in notes {
+                    eprintln!("memliner: {n}");
                 }
                 print!("{}", memliner_cli::aggregate::table(&jvms));
                 ExitCode::SUCCESS

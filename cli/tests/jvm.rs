@@ -1391,3 +1391,186 @@ fn stats_paths_name_each_jvm_by_pid_and_host() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `memliner stats PID`'s row for JVM `pid`: (wall s, faults, remote faults).
+fn live_row(table: &str, pid: u32) -> Option<(f64, u64, u64)> {
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&format!("| pid {pid} |")))?;
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    Some((
+        cells[2].parse().ok()?,
+        cells[3].parse().ok()?,
+        cells[4].parse().ok()?,
+    ))
+}
+
+#[test]
+fn memliner_stats_asks_a_running_jvm_for_its_figures() {
+    let server = memliner_cli::run::embedded_server(Transport::Tcp).unwrap();
+    let dir = std::env::temp_dir().join(format!("memliner-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = command(Workload::Kv, "G1", HEAP);
+    // Four times the usual operations: long enough (10-20 s here) to be asked twice.
+    let ops = cmd.iter().position(|a| a == "--ops").unwrap() + 1;
+    cmd[ops] = "600000".into();
+    let reference = checked_result(&without_agent(&cmd), "reference");
+    cmd.insert(
+        1,
+        format!(
+            "-agentpath:{}=server={},local=25%,stats={}/%p.json",
+            locate::agent().unwrap().display(),
+            server.local_addr(),
+            dir.display()
+        ),
+    );
+    // HotSpot answers SIGQUIT with a thread dump on stdout too: a file, not a pipe nobody
+    // reads while the JVM runs.
+    let stdout_path = dir.join("stdout");
+    let child = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .stdout(std::fs::File::create(&stdout_path).unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Ask until the figures show remote faults: bounded, and each answer waits for the JVM's
+    // own write, not for a clock.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (wall, faults, remote) = loop {
+        let out = memliner()
+            .args(["stats", &pid.to_string()])
+            .output()
+            .unwrap();
+        let (table, err) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no remote faults after 60 s: {table}{err}"
+        );
+        // Still starting: the agent not loaded yet, or not paging yet.
+        if err.contains("does not run the memliner agent") || err.contains("still starting") {
+            continue;
+        }
+        assert!(out.status.success(), "{err}");
+        assert!(
+            err.contains(&format!(
+                "JVM {pid} wrote its stats to {}/{pid}.json",
+                dir.display()
+            )),
+            "{err}"
+        );
+        let row = live_row(&table, pid).unwrap_or_else(|| panic!("no row for {pid}: {table}"));
+        if row.2 > 0 {
+            break row;
+        }
+    };
+    assert!(faults >= remote && wall > 0.0, "{wall} {faults} {remote}");
+    // Asked again, the same JVM has gone on.
+    let out = memliner()
+        .args(["stats", &pid.to_string()])
+        .output()
+        .unwrap();
+    let again = live_row(&String::from_utf8_lossy(&out.stdout), pid)
+        .unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(again.0 >= wall && again.2 >= remote, "{again:?}");
+    // The JVM was not disturbed: it finishes with the all-local checksum, and its document at
+    // exit counts at least what was seen while it ran.
+    let out = child.wait_with_output().unwrap();
+    let stdout = std::fs::read_to_string(&stdout_path).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = workloads::parse_result(&stdout).unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(workloads::field(&r, "checksum"), Some(reference.as_str()));
+    assert!(
+        stdout.contains("Full thread dump"),
+        "HotSpot's own SIGQUIT answer"
+    );
+    let text = std::fs::read_to_string(dir.join(format!("{pid}.json"))).unwrap();
+    let last = StatsDoc::parse(&text).unwrap();
+    assert!(
+        last.faults.remote >= again.2,
+        "{} < {}",
+        last.faults.remote,
+        again.2
+    );
+    // Refused in one line each: a process without the agent, and none at all.
+    let me = std::process::id();
+    let out = memliner()
+        .args(["stats", &me.to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.starts_with(&format!("memliner: process {me} ("))
+            && err
+                .trim_end()
+                .ends_with(") does not run the memliner agent"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_jvm_that_ignores_sigquit_is_not_signalled() {
+    let server = memliner_cli::run::embedded_server(Transport::Tcp).unwrap();
+    let mut cmd = command(Workload::Graph, "G1", HEAP);
+    cmd.insert(1, "-Xrs".into());
+    cmd.insert(
+        1,
+        format!(
+            "-agentpath:{}=server={},local=25%",
+            locate::agent().unwrap().display(),
+            server.local_addr()
+        ),
+    );
+    let child = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Until the agent is loaded and paging the answer says so; then, that the JVM cannot be
+    // asked (with -Xrs SIGQUIT would kill it).
+    let err = loop {
+        let out = memliner()
+            .args(["stats", &pid.to_string()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        if !err.contains("does not run the memliner agent") && !err.contains("still starting") {
+            break err;
+        }
+    };
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "memliner: JVM {pid} was started with -Xrs (it does not handle SIGQUIT): it cannot \
+             be asked for its stats; they are written at exit with stats=PATH"
+        )
+    );
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = workloads::parse_result(&stdout).unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(
+        workloads::field(&r, "checksum").map(str::to_string),
+        Some(reference(Workload::Graph))
+    );
+    server.stop();
+}

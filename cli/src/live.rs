@@ -1,0 +1,267 @@
+//! `memliner stats PID`: a running JVM's figures, without stopping it.
+//!
+//! The agent writes its stats document when the JVM is sent SIGQUIT (JVMTI's DataDumpRequest;
+//! HotSpot prints its thread dump on the JVM's stdout as well, as for `kill -3`): to its
+//! `stats=` file, else to its temporary directory (`options::dump_path`, the one definition
+//! both sides use). This side finds that path from the process's own command line and
+//! environment, signals, and reads the document once it has been replaced.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use memliner_agent::options;
+use memliner_agent::stats::doc::StatsDoc;
+
+use crate::locate::AGENT_FILE;
+
+/// How long a JVM may take to write its document after SIGQUIT (a safepoint first: a long GC
+/// pause or a thread stuck in a fault delays it).
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A running process: the /proc files this module reads.
+struct Process {
+    pid: u32,
+    proc: PathBuf,
+}
+
+impl Process {
+    fn open(pid: u32) -> Result<Process, String> {
+        let proc = PathBuf::from(format!("/proc/{pid}"));
+        if !proc.exists() {
+            return Err(format!("no process {pid}"));
+        }
+        Ok(Process { pid, proc })
+    }
+
+    fn read(&self, file: &str) -> Result<Vec<u8>, String> {
+        std::fs::read(self.proc.join(file)).map_err(|e| {
+            format!(
+                "cannot read /proc/{}/{file}: {e}{}",
+                self.pid,
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    " (run as the JVM's user, or root)"
+                } else {
+                    ""
+                }
+            )
+        })
+    }
+
+    fn name(&self) -> String {
+        self.read("comm")
+            .map(|c| String::from_utf8_lossy(&c).trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// NUL-separated strings of a /proc file (cmdline, environ).
+    fn strings(&self, file: &str) -> Result<Vec<String>, String> {
+        Ok(self
+            .read(file)?
+            .split(|&b| b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect())
+    }
+
+    /// Whether the process has a userfaultfd open: the agent opens one when it starts paging
+    /// the heap, at VMInit, which is also when JVMTI begins to deliver DataDumpRequest (a
+    /// SIGQUIT before then gets HotSpot's thread dump but no stats).
+    fn has_userfaultfd(&self) -> Result<bool, String> {
+        let fds = std::fs::read_dir(self.proc.join("fd"))
+            .map_err(|e| format!("cannot read /proc/{}/fd: {e}", self.pid))?;
+        Ok(fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|target| target.as_os_str() == "anon_inode:[userfaultfd]")
+        }))
+    }
+
+    /// Whether the process has a handler for `sig` (a JVM started with -Xrs has none for
+    /// SIGQUIT, and one still starting may not have it yet: the signal would kill either).
+    fn catches(&self, sig: libc::c_int) -> Result<bool, String> {
+        let status = String::from_utf8_lossy(&self.read("status")?).into_owned();
+        let mask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .ok_or_else(|| format!("/proc/{}/status has no SigCgt line", self.pid))?;
+        Ok(mask & (1 << (sig - 1)) != 0)
+    }
+}
+
+/// A variable of an environment read from /proc/PID/environ.
+fn env_var(environ: &[String], key: &str) -> Option<String> {
+    environ
+        .iter()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=').map(str::to_string))
+}
+
+/// The agent's option string of a running JVM: `MEMLINER_OPTIONS` from its environment, then
+/// what follows `=` in the `-agentpath:` argument that loads the agent, on its command line or
+/// in `JAVA_TOOL_OPTIONS` / `JDK_JAVA_OPTIONS`.
+fn agent_options(cmdline: &[String], env: impl Fn(&str) -> Option<String>) -> (String, String) {
+    let from_env = env("MEMLINER_OPTIONS").unwrap_or_default();
+    let tool_options: Vec<String> = ["JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS"]
+        .iter()
+        .filter_map(|k| env(k))
+        .flat_map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    let agent = cmdline
+        .iter()
+        .chain(&tool_options)
+        .filter_map(|a| a.strip_prefix("-agentpath:"))
+        .find(|a| a.split('=').next().is_some_and(|p| p.ends_with(AGENT_FILE)))
+        .and_then(|a| a.split_once('='))
+        .map_or(String::new(), |(_, o)| o.to_string());
+    (from_env, agent)
+}
+
+/// Where JVM `pid` writes its stats document when asked for it.
+fn dump_path(p: &Process) -> Result<PathBuf, String> {
+    let cmdline = p.strings("cmdline")?;
+    let environ = p.strings("environ").unwrap_or_default();
+    let (env_opts, agent_opts) = agent_options(&cmdline, |k| env_var(&environ, k));
+    let stats = options::parse(&env_opts, &agent_opts)
+        .map_err(|e| format!("process {}'s agent options: {e}", p.pid))?
+        .stats;
+    let path = PathBuf::from(options::dump_path(
+        stats.as_deref(),
+        p.pid,
+        &memliner_agent::host_name(),
+        env_var(&environ, "TMPDIR").as_deref(),
+    ));
+    // A relative `stats=` is the JVM's, relative to its working directory.
+    Ok(if path.is_relative() {
+        p.proc.join("cwd").join(path)
+    } else {
+        path
+    })
+}
+
+/// A file's identity: the agent replaces the document (rename), so a new one is a new inode.
+fn identity(path: &Path) -> Option<(u64, i64, i64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.ino(), m.mtime(), m.mtime_nsec()))
+}
+
+/// Asks JVM `pid` for its stats document and returns it with where it was written.
+pub fn request(pid: u32, timeout: Duration) -> Result<(PathBuf, StatsDoc), String> {
+    let p = Process::open(pid)?;
+    let maps = String::from_utf8_lossy(&p.read("maps")?).into_owned();
+    if !maps.contains(AGENT_FILE) {
+        return Err(format!(
+            "process {pid} ({}) does not run the memliner agent",
+            p.name()
+        ));
+    }
+    if !p.has_userfaultfd()? {
+        return Err(format!(
+            "JVM {pid} does not page its heap (still starting, or running without far memory: \
+             policy=off, or fallback=local after an error): ask again once it pages"
+        ));
+    }
+    if !p.catches(libc::SIGQUIT)? {
+        return Err(format!(
+            "JVM {pid} was started with -Xrs (it does not handle SIGQUIT): it cannot be \
+             asked for its stats; they are written at exit with stats=PATH"
+        ));
+    }
+    let path = dump_path(&p)?;
+    let before = identity(&path);
+    // SAFETY: kill has no memory effects; pid names the process checked above (a pid reused
+    // in between would have to load the agent too to be signalled).
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGQUIT) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!("cannot signal JVM {pid}: {e}"));
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let now = identity(&path);
+        if now.is_some() && now != before {
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let doc = StatsDoc::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            return Ok((path, doc));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "JVM {pid} wrote no stats to {} within {} s of SIGQUIT (a safepoint it cannot \
+                 reach, or a directory it cannot write)",
+                path.display(),
+                timeout.as_secs()
+            ));
+        }
+        // The JVM writes at its next safepoint: check again shortly, without spinning.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An argument of `memliner stats`: a path (file or directory), or a running JVM's pid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Path(PathBuf),
+    Pid(u32),
+}
+
+impl Source {
+    /// A number that names no file is a pid.
+    pub fn parse(arg: &str) -> Source {
+        match arg.parse::<u32>() {
+            Ok(pid) if !Path::new(arg).exists() => Source::Pid(pid),
+            _ => Source::Path(PathBuf::from(arg)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agent_string_is_found_on_the_command_line_or_in_java_tool_options() {
+        let cmd = |args: &[&str]| args.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let none = |_: &str| None;
+        let line = cmd(&[
+            "java",
+            "-agentpath:/opt/other.so=stats=/no",
+            "-agentpath:/opt/m/libmemliner_agent.so=local=25%,stats=/s/%p.json",
+            "-jar",
+            "app.jar",
+        ]);
+        assert_eq!(
+            agent_options(&line, none),
+            (String::new(), "local=25%,stats=/s/%p.json".to_string())
+        );
+        let env = |k: &str| match k {
+            "JAVA_TOOL_OPTIONS" => {
+                Some("-Xss1m -agentpath:./libmemliner_agent.so=stats=/j/ -Dx=y".to_string())
+            }
+            "MEMLINER_OPTIONS" => Some("log=debug".to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            agent_options(&cmd(&["java", "Main"]), env),
+            ("log=debug".to_string(), "stats=/j/".to_string())
+        );
+        // Loaded without options.
+        let bare = cmd(&["java", "-agentpath:/a/libmemliner_agent.so", "Main"]);
+        assert_eq!(agent_options(&bare, none), (String::new(), String::new()));
+    }
+
+    #[test]
+    fn a_number_is_a_pid_unless_such_a_file_exists() {
+        assert_eq!(Source::parse("12345"), Source::Pid(12345));
+        assert_eq!(Source::parse("/tmp"), Source::Path("/tmp".into()));
+        assert_eq!(Source::parse("x.json"), Source::Path("x.json".into()));
+    }
+
+    #[test]
+    fn processes_without_the_agent_or_at_all_are_refused_by_name() {
+        let e = request(std::process::id(), TIMEOUT).unwrap_err();
+        assert!(e.contains("does not run the memliner agent"), "{e}");
+        let e = request(u32::MAX / 2, TIMEOUT).unwrap_err();
+        assert_eq!(e, format!("no process {}", u32::MAX / 2));
+    }
+}
