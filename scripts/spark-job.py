@@ -28,6 +28,7 @@ def session(args):
         # Executors are JVMs of their own: the agent, the collector and a fixed heap go there.
         mb = int(args.executor_heap.rstrip("mM"))
         executor_opts = [f"-XX:+Use{args.collector}GC", f"-Xms{args.executor_heap}"]
+        executor_opts.extend(args.jvm_flag)
         if agent:
             executor_opts.append(agent)
         b = (
@@ -119,8 +120,9 @@ def main():
     p.add_argument("--collector", default="G1")
     p.add_argument("--heap", default="512m")
     p.add_argument("--scale", type=int, default=1)
-    # The driver's JVM is JAVA_HOME's (a GC-hook patched JDK wants -XX:+MemLinerLineUp here).
-    p.add_argument("--jvm-flag", action="append", default=[], help="a driver JVM option")
+    # The JVMs are JAVA_HOME's (a GC-hook patched JDK wants -XX:+MemLinerLineUp here): the
+    # driver's, and with --executors the executors' too.
+    p.add_argument("--jvm-flag", action="append", default=[], help="a JVM option (driver and executors)")
     p.add_argument("--executors", type=int, default=0, help="executor JVMs (local-cluster)")
     p.add_argument("--executor-heap", default="768m", help="each executor's heap (MiB)")
     args = p.parse_args()

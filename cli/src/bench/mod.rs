@@ -89,16 +89,30 @@ impl Mode {
 #[derive(Clone, Debug, PartialEq)]
 pub enum BenchWorkload {
     Java(Workload),
-    /// A Spark job in local mode (see `spark`).
-    Spark(spark::Job),
+    /// A Spark job, in local mode or on executors (see `spark`).
+    Spark(spark::Job, spark::Deploy),
 }
 
 impl BenchWorkload {
     pub fn name(&self) -> String {
         match self {
             BenchWorkload::Java(w) => w.name().to_string(),
-            BenchWorkload::Spark(j) => format!("spark-{}", j.name()),
+            BenchWorkload::Spark(j, spark::Deploy::Local) => format!("spark-{}", j.name()),
+            BenchWorkload::Spark(j, spark::Deploy::Cluster) => {
+                format!("spark-cluster-{}", j.name())
+            }
         }
+    }
+
+    /// Every workload the bench knows, as `--workloads` names them.
+    pub fn all() -> Vec<BenchWorkload> {
+        let spark = |deploy| spark::Job::ALL.map(move |j| BenchWorkload::Spark(j, deploy));
+        Workload::ALL
+            .map(BenchWorkload::Java)
+            .into_iter()
+            .chain(spark(spark::Deploy::Local))
+            .chain(spark(spark::Deploy::Cluster))
+            .collect()
     }
 }
 
@@ -189,6 +203,10 @@ pub struct Record {
     pub outcome: String,
     /// The agent's stats document.
     pub stats: Option<StatsDoc>,
+    /// The stats documents of a cluster run's executors (its `stats` is then empty: the
+    /// driver is not paged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub executors: Vec<StatsDoc>,
     /// The kernel baseline's figures: limit, peak usage, major faults, swap-ins.
     pub kernel: Option<Value>,
     /// CPU time the embedded memory server spent on this run (ms).
@@ -385,7 +403,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
     let spark_env = if cfg
         .workloads
         .iter()
-        .any(|w| matches!(w, BenchWorkload::Spark(_)))
+        .any(|w| matches!(w, BenchWorkload::Spark(..)))
     {
         Some(spark::prepare(&root)?)
     } else {
@@ -459,14 +477,49 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 if rc.agent {
                     rc.latency = cfg.emulate_latency.clone();
                 }
+                // A cluster run's executors share one agent string: each writes its own file
+                // into a directory.
+                let executors_dir = (rc.agent
+                    && matches!(p.workload, BenchWorkload::Spark(_, spark::Deploy::Cluster)))
+                .then(|| {
+                    let d = std::env::temp_dir()
+                        .join(format!("memliner-bench-executors-{}", std::process::id()));
+                    let _ = std::fs::remove_dir_all(&d);
+                    d
+                });
+                if let Some(d) = &executors_dir {
+                    rc.stats = Some(PathBuf::from(format!("{}/", d.display())));
+                }
                 let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
                 let out = launch(&rc, &cmd, true)?;
-                match checked(&out, &what) {
+                let want = if executors_dir.is_some() {
+                    spark::EXECUTORS
+                } else {
+                    0
+                };
+                let executors = executors_dir.map_or_else(Vec::new, |d| {
+                    let docs = crate::aggregate::load(std::slice::from_ref(&d))
+                        .map_or_else(|_| Vec::new(), |(jvms, _)| jvms);
+                    let _ = std::fs::remove_dir_all(&d);
+                    docs.into_iter().map(|j| j.doc).collect()
+                });
+                let checked = checked(&out, &what).and_then(|ok| {
+                    if executors.len() == want {
+                        Ok(ok)
+                    } else {
+                        Err(format!(
+                            "{what}: {} executors wrote stats, not {want}",
+                            executors.len()
+                        ))
+                    }
+                });
+                match checked {
                     Ok((checksum, ms)) => Record {
                         wall_ms: out.wall.as_secs_f64() * 1e3,
                         workload_ms: ms,
                         checksum,
                         stats: out.stats,
+                        executors,
                         server_cpu_ms: out.server_cpu.map(|t| t.as_secs_f64() * 1e3),
                         ..blank(p, "ok".into())
                     },
@@ -589,6 +642,7 @@ fn blank(p: &Planned, outcome: String) -> Record {
         checksum: String::new(),
         outcome,
         stats: None,
+        executors: Vec::new(),
         kernel: None,
         server_cpu_ms: None,
     }
@@ -647,7 +701,7 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
     let base = RunConfig {
         local: format!("{}%", p.local),
         agent_env: match p.workload {
-            BenchWorkload::Spark(_) if spark => Some(spark::AGENT_ENV.into()),
+            BenchWorkload::Spark(..) if spark => Some(spark::AGENT_ENV.into()),
             _ => None,
         },
         ..RunConfig::default()
@@ -719,7 +773,7 @@ fn command_for(
             }
             Ok(cmd)
         }
-        BenchWorkload::Spark(job) => {
+        BenchWorkload::Spark(job, deploy) => {
             // target/jdk-memliner/bin/java -> target/jdk-memliner
             let home = patched
                 .as_deref()
@@ -727,7 +781,7 @@ fn command_for(
                 .and_then(Path::parent);
             Ok(spark_env
                 .ok_or("spark workloads need the spark environment")?
-                .command(*job, &p.collector, home))
+                .command(*job, *deploy, &p.collector, home))
         }
     }
 }

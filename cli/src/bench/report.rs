@@ -664,7 +664,95 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
     );
     transports(&mut md, cfg, rs, x);
     replication(&mut md, cfg, rs);
+    spark_cluster(&mut md, cfg, rs);
     md
+}
+
+/// The Spark jobs on executor JVMs (`--spark-cluster`): the job's wall time, and what the
+/// executors' agents counted, summed over the executors of each run.
+fn spark_cluster(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
+    let jobs: Vec<String> = workloads_of(rs)
+        .into_iter()
+        .filter(|w| w.starts_with("spark-cluster-"))
+        .collect();
+    if jobs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## Spark on executors: local-cluster, {} executor JVMs of {} heap, one core each (medians)\n\n\
+         Spark's `local-cluster` master starts separate executor JVMs, as a standalone cluster \
+         does; the agent goes to every executor through `spark.executor.extraJavaOptions` (its \
+         `local=` a share of each executor's heap, a stats file per executor), the driver is not \
+         paged. Wall is the whole job (driver and executors start-up included); the other \
+         figures are summed over the executors of a run, then the median of the runs taken.\n",
+        super::spark::EXECUTORS,
+        super::spark::EXECUTOR_HEAP
+    );
+    let _ = writeln!(
+        md,
+        "| job | collector | mode | local | wall ms | x all-local | executors paged | remote faults | GC share of remote | remote read | remote written |\n|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    let total = |r: &Record| crate::aggregate::Totals::sum(&r.executors);
+    let size = |pages: f64| {
+        if pages.is_finite() {
+            swap_backend::units::format_size(pages as u64 * swap_backend::PAGE_SIZE as u64)
+        } else {
+            "–".into()
+        }
+    };
+    for w in &jobs {
+        for c in &cfg.collectors {
+            let n = med(&cell(rs, w, c, Mode::NoAgent, 100), wall);
+            let mut rows: Vec<(Mode, u32)> = rs
+                .iter()
+                .filter(|r| r.workload == *w && r.collector == *c)
+                .map(|r| (r.mode, r.local))
+                .collect();
+            rows.sort_by_key(|&(m, l)| (std::cmp::Reverse(l), m.name()));
+            rows.dedup();
+            for (mode, local) in rows {
+                let runs = cell(rs, w, c, mode, local);
+                let paged = |r: &Record| {
+                    Some(r.executors.iter().filter(|d| d.faults.remote > 0).count() as f64)
+                };
+                let agent = mode != Mode::NoAgent;
+                let figure = |v: f64, digits| if agent { fmt(v, digits) } else { String::new() };
+                let _ = writeln!(
+                    md,
+                    "| {w} | {c} | {} | {local}% | {} | {} | {} | {} | {} | {} | {} |",
+                    mode.name(),
+                    outcome_note(&runs).unwrap_or_else(|| fmt(med(&runs, wall), 0)),
+                    fmt(med(&runs, wall) / n, 2),
+                    if agent {
+                        format!(
+                            "{} of {}",
+                            fmt(med(&runs, paged), 0),
+                            super::spark::EXECUTORS
+                        )
+                    } else {
+                        String::new()
+                    },
+                    figure(med(&runs, |r| Some(total(r).remote as f64)), 0),
+                    if agent {
+                        pct(med(&runs, |r| total(r).gc_share()))
+                    } else {
+                        String::new()
+                    },
+                    if agent {
+                        size(med(&runs, |r| Some(total(r).read_pages as f64)))
+                    } else {
+                        String::new()
+                    },
+                    if agent {
+                        size(med(&runs, |r| Some(total(r).written_pages as f64)))
+                    } else {
+                        String::new()
+                    },
+                );
+            }
+        }
+    }
 }
 
 /// One server against two copies on two servers (`--replicas`): what the copies cost.
@@ -947,6 +1035,7 @@ mod tests {
             checksum: "c".into(),
             outcome: "ok".into(),
             stats,
+            executors: Vec::new(),
             kernel: None,
             server_cpu_ms: Some(250.0),
         }
@@ -1048,6 +1137,58 @@ mod tests {
         assert!(md.contains("| graph | G1 | one | 6.00 |  |"), "{md}");
         assert!(
             md.contains("| graph | G1 | two, 2 copies | 7.20 | 1.20 |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn the_report_sums_a_cluster_run_over_its_executors() {
+        let cfg = BenchConfig::quick("/tmp/x".into());
+        let executor = |remote: u64, gc_share: f64, read: u64| {
+            let mut d = paged(remote, 0).unwrap();
+            d.faults.gc_share_of_remote = Some(gc_share);
+            d.pager.as_mut().unwrap().remote.pages_read = read;
+            d
+        };
+        let cluster = |mode, local, wall_ms, executors: Vec<StatsDoc>| Record {
+            workload: "spark-cluster-groupby".into(),
+            executors,
+            ..record(mode, local, wall_ms, None)
+        };
+        let rs = vec![
+            cluster(Mode::NoAgent, 100, 20_000.0, Vec::new()),
+            cluster(
+                Mode::Memliner,
+                25,
+                25_000.0,
+                vec![executor(1000, 0.5, 256), executor(3000, 0.1, 768)],
+            ),
+            // One executor never paged: the table says so.
+            cluster(
+                Mode::Baseline,
+                25,
+                30_000.0,
+                vec![executor(4000, 0.5, 256), executor(0, 0.0, 0)],
+            ),
+        ];
+        let md = markdown(&cfg, &rs, &extras(Vec::new()));
+        assert!(
+            md.contains("## Spark on executors: local-cluster, 2 executor JVMs of 512m heap"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| spark-cluster-groupby | G1 | no-agent | 100% | 20000 | 1.00 |  |  |  |  |  |"
+            ),
+            "{md}"
+        );
+        // 1000 + 3000 remote faults, (500 + 300) of them by the GC, 1024 pages read.
+        assert!(
+            md.contains("| spark-cluster-groupby | G1 | memliner | 25% | 25000 | 1.25 | 2 of 2 | 4000 | 20.0% | 4.0 MiB |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| spark-cluster-groupby | G1 | baseline | 25% | 30000 | 1.50 | 1 of 2 | 4000 | 50.0% |"),
             "{md}"
         );
     }

@@ -1,5 +1,7 @@
-//! Spark jobs in local mode (`scripts/spark-job.py` on PySpark from PyPI): the driver JVM is
-//! paged, the agent handed over through `spark.driver.extraJavaOptions`.
+//! Spark jobs (`scripts/spark-job.py` on PySpark from PyPI), in local mode, where the driver
+//! JVM does the work and is paged (the agent handed over through
+//! `spark.driver.extraJavaOptions`), or on Spark's `local-cluster` master, where separate
+//! executor JVMs do it and each is paged (`spark.executor.extraJavaOptions`).
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +10,22 @@ pub const AGENT_ENV: &str = "MEMLINER_AGENT_OPTS";
 
 /// Driver heap of the Spark jobs (Spark refuses less than about 450 MiB).
 pub const HEAP: &str = "512m";
+
+/// Executor JVMs of a cluster run (one core each: this machine has two).
+pub const EXECUTORS: usize = 2;
+
+/// Each executor's heap in a cluster run.
+pub const EXECUTOR_HEAP: &str = "512m";
+
+/// Where a Spark job's work runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deploy {
+    /// `local[2]`: in the driver JVM, which the agent pages.
+    Local,
+    /// `local-cluster[EXECUTORS,1,...]`: in executor JVMs, each paged by an agent of its own
+    /// (the driver is not).
+    Cluster,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Job {
@@ -56,9 +74,16 @@ pub fn prepare(root: &Path) -> Result<Env, String> {
 }
 
 impl Env {
-    /// The job's command; with `patched_jdk` (a JDK home), the driver runs that JDK with its
-    /// GC hooks on (PySpark starts the JVM of `JAVA_HOME`).
-    pub fn command(&self, job: Job, collector: &str, patched_jdk: Option<&Path>) -> Vec<String> {
+    /// The job's command; with `patched_jdk` (a JDK home), the JVMs run that JDK with its
+    /// GC hooks on (PySpark starts the JVM of `JAVA_HOME`, and Spark's workers their
+    /// executors with it).
+    pub fn command(
+        &self,
+        job: Job,
+        deploy: Deploy,
+        collector: &str,
+        patched_jdk: Option<&Path>,
+    ) -> Vec<String> {
         let mut cmd = Vec::new();
         if let Some(home) = patched_jdk {
             cmd.push("env".into());
@@ -73,6 +98,14 @@ impl Env {
             "--heap".into(),
             HEAP.into(),
         ]);
+        if deploy == Deploy::Cluster {
+            cmd.extend([
+                "--executors".into(),
+                EXECUTORS.to_string(),
+                "--executor-heap".into(),
+                EXECUTOR_HEAP.into(),
+            ]);
+        }
         if patched_jdk.is_some() {
             cmd.push("--jvm-flag=-XX:+MemLinerLineUp".into());
         }
