@@ -75,6 +75,8 @@ fn memliner() -> Command {
 /// kill, as an operator's supervisor would.
 struct Server {
     port: u16,
+    /// Options beyond the listener and capacity (`--metrics ADDR`), kept for restarts.
+    extra: Vec<String>,
     child: Child,
     /// A client of the running instance that holds nothing, to read the server's figures.
     probe: TcpStore,
@@ -83,10 +85,16 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Server {
         let port = free_addr().port();
-        let (child, probe) = Server::spawn(port);
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, probe) = Server::spawn(port, &extra);
         Server {
             port,
+            extra,
             child,
             probe,
             starts: 1,
@@ -95,10 +103,11 @@ impl Server {
 
     // The child is returned to a `Server`, whose drop waits for it.
     #[allow(clippy::zombie_processes)]
-    fn spawn(port: u16) -> (Child, TcpStore) {
+    fn spawn(port: u16, extra: &[String]) -> (Child, TcpStore) {
         let mut child = memliner()
             .args(["server", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--capacity", "2g"])
+            .args(extra)
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
@@ -140,7 +149,7 @@ impl Server {
     }
 
     fn restart(&mut self) {
-        (self.child, self.probe) = Server::spawn(self.port);
+        (self.child, self.probe) = Server::spawn(self.port, &self.extra);
         self.starts += 1;
     }
 }
@@ -476,12 +485,18 @@ fn metrics_are_scraped_while_a_jvm_pages() {
 }
 
 /// `scripts/spark-job.py JOB ARGS...` with target/spark-venv's Python (`scripts/spark-setup.sh`),
-/// the agent string in MEMLINER_AGENT_OPTS when given; `None` (and why) without PySpark.
+/// the agent string in MEMLINER_AGENT_OPTS when given; `None` (and why) without PySpark, which
+/// fails the test instead where MEMLINER_REQUIRE_SPARK is set (CI installs it).
 fn spark_job(args: &[&str], agent: Option<&str>) -> Option<std::process::Output> {
     let root = locate::project_root().unwrap();
     let python = root.join("target/spark-venv/bin/python");
     if !python.exists() {
-        eprintln!("skipped: no PySpark in target/spark-venv (scripts/spark-setup.sh installs it)");
+        let why = "no PySpark in target/spark-venv (scripts/spark-setup.sh installs it)";
+        assert!(
+            std::env::var_os("MEMLINER_REQUIRE_SPARK").is_none(),
+            "{why}"
+        );
+        eprintln!("skipped: {why}");
         return None;
     }
     let mut cmd = Command::new(python);
@@ -505,14 +520,17 @@ fn spark_checksum(out: &std::process::Output, what: &str) -> String {
     workloads::field(&r, "checksum").unwrap().to_string()
 }
 
-#[test]
-fn spark_local_cluster_executors_page_to_one_server() {
-    let Some(local) = spark_job(&["groupby"], None) else {
+/// `job` on two executor JVMs at 25% local, both paging to one standalone server: the
+/// local-mode checksum, a stats file per executor with remote faults, and each executor's
+/// traffic in the server's metrics under its own namespace.
+fn executors_page_to_one_server(job: &str) {
+    let Some(local) = spark_job(&[job], None) else {
         return;
     };
-    let reference = spark_checksum(&local, "groupby, local mode, no agent");
-    let server = Server::start();
-    let dir = temp("spark-executors");
+    let reference = spark_checksum(&local, &format!("{job}, local mode, no agent"));
+    let metrics = free_addr().to_string();
+    let server = Server::start_with(&["--metrics", &metrics]);
+    let dir = temp(&format!("spark-executors-{job}"));
     let _ = std::fs::remove_dir_all(&dir);
     let agent = format!(
         "-agentpath:{}=server={},local=25%,stats={}/",
@@ -521,26 +539,48 @@ fn spark_local_cluster_executors_page_to_one_server() {
         dir.display()
     );
     let out = spark_job(
-        &["groupby", "--executors", "2", "--executor-heap", "512m"],
+        &[job, "--executors", "2", "--executor-heap", "512m"],
         Some(&agent),
     )
     .unwrap();
     assert_eq!(
-        spark_checksum(&out, "groupby on 2 executors at 25% local"),
+        spark_checksum(&out, &format!("{job} on 2 executors at 25% local")),
         reference
     );
     // Each executor wrote its own stats file, and each paged to the server.
     let (jvms, skipped) = memliner_cli::aggregate::load(std::slice::from_ref(&dir)).unwrap();
     assert!(skipped.is_empty(), "{skipped:?}");
     assert_eq!(jvms.len(), 2, "one stats file per executor: {jvms:?}");
+    // The executors' namespaces wait out the grace period: the server still shows each one's
+    // traffic, under its host/pid.
+    let body = scrape(&metrics).expect("metrics");
+    let host = memliner_agent::host_name();
     for j in &jvms {
         assert!(j.doc.faults.remote > 0, "{} never paged", j.name);
         let store = &j.doc.pager.as_ref().unwrap().store;
         assert_eq!(store, &server.url(), "{}", j.name);
+        let pid = j.name.rsplit('-').next().unwrap();
+        let written = body
+            .lines()
+            .filter(|l| l.starts_with("memliner_namespace_written_pages_total{"))
+            .find(|l| l.contains(&format!("namespace=\"{host}/{pid}/")))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no namespace for executor {pid} in:\n{body}"));
+        let pager = j.doc.pager.as_ref().unwrap();
+        assert_eq!(written, pager.remote.pages_written, "{}", j.name);
     }
-    // Two namespaces, one per executor (the probe's is the third; the executors' wait out
-    // the grace period).
+    // Two namespaces, one per executor (the probe's is the third).
     let namespaces = server.probe.server_stats().unwrap().namespaces;
     assert_eq!(namespaces, 3, "namespaces on the server");
     eprintln!("{}", memliner_cli::aggregate::table(&jvms));
+}
+
+#[test]
+fn spark_groupby_executors_page_to_one_server() {
+    executors_page_to_one_server("groupby");
+}
+
+#[test]
+fn spark_pagerank_executors_page_to_one_server() {
+    executors_page_to_one_server("pagerank");
 }
