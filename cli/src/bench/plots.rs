@@ -8,7 +8,7 @@ use plotters::prelude::*;
 use memliner_agent::stats::doc::PrefetchClassDoc;
 
 use super::report::{
-    accuracy, app_demand, cell, class_remote, coverage, med, pairs, prefetch, workloads_of,
+    accuracy, app_demand, cell, class_remote, coverage, med, paged_workloads, pairs, prefetch,
 };
 use super::{BenchConfig, Mode, Record};
 
@@ -64,8 +64,12 @@ pub fn draw(cfg: &BenchConfig, rs: &[Record], dir: &Path) -> Result<Vec<String>,
     let mut files = Vec::new();
     slowdown(cfg, rs, &dir.join("slowdown.png"))?;
     files.push("slowdown.png".to_string());
-    // The agent's plots need paged runs (a --kernel-only bench has none).
-    if rs.iter().any(|r| r.mode == Mode::Memliner && r.local < 100) {
+    // The agent's plots need paged runs with the agent's stats (a --kernel-only bench has
+    // none, and a cluster run's are its executors').
+    if rs
+        .iter()
+        .any(|r| r.mode == Mode::Memliner && r.local < 100 && r.stats.is_some())
+    {
         faults_by_class(cfg, rs, &dir.join("faults-by-class.png"))?;
         files.push("faults-by-class.png".to_string());
         prefetch_effect(cfg, rs, &dir.join("prefetch.png"))?;
@@ -158,7 +162,7 @@ const CLASSES: [(&str, RGBColor); 4] = [
 /// Remote demand faults by thread class, stacked, for each local ratio and policy (first
 /// collector; one panel per workload).
 fn faults_by_class(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String> {
-    let ws = workloads_of(rs);
+    let ws = paged_workloads(rs);
     let c = &cfg.collectors[0];
     let locals: Vec<u32> = cfg.locals.iter().copied().filter(|l| *l < 100).collect();
     let root = BitMapBackend::new(path, (520 * ws.len() as u32, 380)).into_drawing_area();
@@ -247,7 +251,7 @@ type Series = (String, RGBColor, u32, Vec<(f64, f64)>);
 /// Application-stream prefetch accuracy and coverage vs local ratio, per policy and workload
 /// (first collector), with the application's demand faults for scale.
 fn prefetch_effect(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String> {
-    let ws = workloads_of(rs);
+    let ws = paged_workloads(rs);
     let c = &cfg.collectors[0];
     let root = BitMapBackend::new(path, (1260, 360)).into_drawing_area();
     root.fill(&WHITE).map_err(e)?;

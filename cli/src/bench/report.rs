@@ -130,6 +130,15 @@ pub fn workloads_of(rs: &[Record]) -> Vec<String> {
     v
 }
 
+/// The workloads whose runs carry the agent's stats document, in run order (a cluster run's
+/// documents are its executors', summed in a section of their own).
+pub fn paged_workloads(rs: &[Record]) -> Vec<String> {
+    workloads_of(rs)
+        .into_iter()
+        .filter(|w| rs.iter().any(|r| r.workload == *w && r.stats.is_some()))
+        .collect()
+}
+
 /// The (workload, collector) pairs that were run, in run order.
 pub fn pairs(cfg: &BenchConfig, rs: &[Record]) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -143,10 +152,15 @@ pub fn pairs(cfg: &BenchConfig, rs: &[Record]) -> Vec<(String, String)> {
     out
 }
 
-/// The (workload, collector, local) cells that were run with the agent below 100% local.
+/// The (workload, collector, local) cells that were run with the agent below 100% local, of
+/// the workloads whose runs carry the agent's stats.
 pub fn paged_cells(cfg: &BenchConfig, rs: &[Record]) -> Vec<(String, String, u32)> {
     let mut out = Vec::new();
-    for (w, c) in pairs(cfg, rs) {
+    let paged = paged_workloads(rs);
+    for (w, c) in pairs(cfg, rs)
+        .into_iter()
+        .filter(|(w, _)| paged.contains(w))
+    {
         for &l in cfg.locals.iter().filter(|l| **l < 100) {
             if rs
                 .iter()
@@ -332,167 +346,11 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
 
     gc_hooks_section(&mut md, cfg, rs);
 
-    // Faults by class.
-    let _ = writeln!(md, "\n## Remote faults by thread class (medians)\n");
-    let _ = writeln!(md, "Demand faults served from the memory server, by the class of the faulting thread; prefetch hits are faults on marker pages served locally.\n");
-    let _ = writeln!(
-        md,
-        "| workload | collector | local | policy | application | gc (pauses) | gc-concurrent | other | prefetch hits | GC share of remote | write faults | pages written |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
-    );
-    for (w, c, l) in paged_cells(cfg, rs) {
-        let c = &c;
-        for mode in [Mode::Baseline, Mode::Memliner, Mode::MemlinerGcHooks] {
-            let cl = cell(rs, &w, c, mode, l);
-            if cl.is_empty() {
-                continue;
-            }
-            let f = |class: &str| fmt(med(&cl, |r| class_remote(r, class)), 0);
-            let _ = writeln!(
-                md,
-                "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                mode.name(),
-                f("application"),
-                f("gc"),
-                f("gc-concurrent"),
-                f("other"),
-                fmt(
-                    med(&cl, |r| r.stat(|d| Some(d.faults.prefetch_hit as f64))),
-                    0
-                ),
-                pct(med(&cl, |r| r.stat(|d| d.faults.gc_share_of_remote))),
-                fmt(med(&cl, |r| r.stat(|d| Some(d.faults.write as f64))), 0),
-                fmt(
-                    med(&cl, |r| r.stat(|d| Some(
-                        d.pager.as_ref()?.remote.pages_written as f64
-                    ))),
-                    0
-                ),
-            );
-        }
-    }
+    agent_sections(&mut md, cfg, rs);
 
-    // Prefetching.
-    let _ = writeln!(md, "\n## Prefetching (medians)\n");
-    let _ = writeln!(md, "Accuracy: share of prefetch windows whose marker page (the middle of the window) was touched before it was dropped. Coverage: pages of hit windows / (those + demand faults). Both per stream class; `all` is every class together.\n");
-    let _ = writeln!(
-        md,
-        "| workload | collector | local | policy | pages prefetched | app accuracy | app coverage | gc accuracy | gc-concurrent accuracy | all accuracy | all coverage |\n|---|---|---|---|---|---|---|---|---|---|---|"
-    );
-    for (w, c, l) in paged_cells(cfg, rs) {
-        let c = &c;
-        for mode in [Mode::Baseline, Mode::Memliner] {
-            let cl = cell(rs, &w, c, mode, l);
-            let p = |class: &str, k: fn(&PrefetchClassDoc) -> Option<f64>| {
-                pct(med(&cl, |r| prefetch(r, class, k)))
-            };
-            let _ = writeln!(
-                md,
-                "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} |",
-                mode.name(),
-                fmt(med(&cl, |r| prefetch(r, "all", pages)), 0),
-                p("application", accuracy),
-                p("application", coverage),
-                p("gc", accuracy),
-                p("gc-concurrent", accuracy),
-                p("all", accuracy),
-                p("all", coverage),
-            );
-        }
-    }
-
-    // memliner's own levers.
-    let _ = writeln!(md, "\n## memliner's levers (medians)\n");
-    let _ = writeln!(
-        md,
-        "| workload | collector | local | cold evictions | promoted by the application | concurrent cycles seen | app faults during concurrent cycles | GC pause total ms (baseline / memliner) |\n|---|---|---|---|---|---|---|---|"
-    );
-    for (w, c, l) in paged_cells(cfg, rs) {
-        let c = &c;
-        let m = cell(rs, &w, c, Mode::Memliner, l);
-        let b = cell(rs, &w, c, Mode::Baseline, l);
-        let _ = writeln!(
-            md,
-            "| {w} | {c} | {l}% | {} | {} | {} | {} | {} / {} |",
-            fmt(
-                med(&m, |r| r
-                    .stat(|d| Some(d.pager.as_ref()?.cold.evicted as f64))),
-                0
-            ),
-            fmt(
-                med(&m, |r| r
-                    .stat(|d| Some(d.pager.as_ref()?.cold.promoted as f64))),
-                0
-            ),
-            fmt(
-                med(&m, |r| r
-                    .stat(|d| Some(d.pager.as_ref()?.concurrent_cycles as f64))),
-                0
-            ),
-            fmt(
-                med(&m, |r| r.stat(|d| Some(
-                    d.pager.as_ref()?.app_faults_in_concurrent_cycle as f64
-                ))),
-                0
-            ),
-            fmt(med(&b, |r| r.stat(|d| Some(d.gc.pause_total_ms))), 0),
-            fmt(med(&m, |r| r.stat(|d| Some(d.gc.pause_total_ms))), 0),
-        );
-    }
-
-    // The data path: where a paged run's time goes.
-    let _ = writeln!(md, "\n## The data path: where the time goes (medians)\n");
-    let _ = writeln!(
-        md,
-        "Remote faults cost the faulting thread what the probe sees (a remote read timed from the \
-         faulting side: with `faults=signal` the trap, the SIGBUS handler's service and the \
-         return; with `faults=thread` delivery to the handler thread, service, wake); the service \
-         time alone is beside it. Reactivations are the local faults reference sampling costs; a direct reclaim \
-         is a fault that found the budget full and evicted itself. Agent CPU counts the time \
-         faulting threads spend serving their own faults, the fault handlers, the reclaimer, \
-         prefetch and the probe (the TCP client runs on them); server \
-         CPU is the embedded memory server's connection threads.\n"
-    );
-    let _ = writeln!(
-        md,
-        "| workload | collector | local | mode | x all-local | remote faults | reactivations | direct reclaims | agent CPU s | agent CPU us / remote fault | server CPU s | handler p50 / p99 us | faulting thread p50 / p99 us |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    );
-    for (w, c, l) in paged_cells(cfg, rs) {
-        let c = &c;
-        let n = med(&cell(rs, &w, c, Mode::NoAgent, 100), wall);
-        for mode in [
-            Mode::Baseline,
-            Mode::Memliner,
-            Mode::MemlinerClock,
-            Mode::MemlinerInProcess,
-            Mode::MemlinerThreadFaults,
-        ] {
-            let m = cell(rs, &w, c, mode, l);
-            if m.is_empty() {
-                continue;
-            }
-            let us =
-                |f: fn(&PagerDoc) -> Option<f64>| med(&m, |r| r.stat(|d| f(d.pager.as_ref()?)));
-            let _ = writeln!(
-                md,
-                "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} |",
-                mode.name(),
-                fmt(med(&m, wall) / n, 1),
-                fmt(med(&m, |r| r.stat(|d| Some(d.faults.remote as f64))), 0),
-                fmt(med(&m, |r| r.stat(|d| Some(d.faults.reactivate as f64))), 0),
-                fmt(us(|p| Some(p.reclaim.direct_reclaims as f64)), 0),
-                fmt(us(|p| Some(p.agent_cpu.total_s)), 2),
-                fmt(us(|p| p.agent_cpu.per_remote_fault_us), 1),
-                fmt(med(&m, |r| r.server_cpu_ms.map(|v| v / 1e3)), 2),
-                fmt(us(|p| p.latency.remote.p50_us), 1),
-                fmt(us(|p| p.latency.remote.p99_us), 0),
-                fmt(us(|p| p.latency.thread_remote.p50_us), 1),
-                fmt(us(|p| p.latency.thread_remote.p99_us), 0),
-            );
-        }
-    }
     // The data path's targets, per Java workload of the first collector.
     let mut target_rows = String::new();
-    for w in workloads_of(rs) {
+    for w in paged_workloads(rs) {
         let n = med(&cell(rs, &w, first, Mode::NoAgent, 100), wall);
         let tcp = cell(rs, &w, first, Mode::Memliner, 25);
         let local = cell(rs, &w, first, Mode::MemlinerInProcess, 25);
@@ -668,6 +526,173 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
     md
 }
 
+/// The sections read from each paged run's own stats document: faults by class, prefetching,
+/// memliner's levers, the data path. Left out when no run has one (a kernel-only or a
+/// cluster-only bench).
+fn agent_sections(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
+    if paged_cells(cfg, rs).is_empty() {
+        return;
+    }
+    // Faults by class.
+    let _ = writeln!(md, "\n## Remote faults by thread class (medians)\n");
+    let _ = writeln!(md, "Demand faults served from the memory server, by the class of the faulting thread; prefetch hits are faults on marker pages served locally.\n");
+    let _ = writeln!(
+        md,
+        "| workload | collector | local | policy | application | gc (pauses) | gc-concurrent | other | prefetch hits | GC share of remote | write faults | pages written |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for (w, c, l) in paged_cells(cfg, rs) {
+        let c = &c;
+        for mode in [Mode::Baseline, Mode::Memliner, Mode::MemlinerGcHooks] {
+            let cl = cell(rs, &w, c, mode, l);
+            if cl.is_empty() {
+                continue;
+            }
+            let f = |class: &str| fmt(med(&cl, |r| class_remote(r, class)), 0);
+            let _ = writeln!(
+                md,
+                "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                mode.name(),
+                f("application"),
+                f("gc"),
+                f("gc-concurrent"),
+                f("other"),
+                fmt(
+                    med(&cl, |r| r.stat(|d| Some(d.faults.prefetch_hit as f64))),
+                    0
+                ),
+                pct(med(&cl, |r| r.stat(|d| d.faults.gc_share_of_remote))),
+                fmt(med(&cl, |r| r.stat(|d| Some(d.faults.write as f64))), 0),
+                fmt(
+                    med(&cl, |r| r.stat(|d| Some(
+                        d.pager.as_ref()?.remote.pages_written as f64
+                    ))),
+                    0
+                ),
+            );
+        }
+    }
+
+    // Prefetching.
+    let _ = writeln!(md, "\n## Prefetching (medians)\n");
+    let _ = writeln!(md, "Accuracy: share of prefetch windows whose marker page (the middle of the window) was touched before it was dropped. Coverage: pages of hit windows / (those + demand faults). Both per stream class; `all` is every class together.\n");
+    let _ = writeln!(
+        md,
+        "| workload | collector | local | policy | pages prefetched | app accuracy | app coverage | gc accuracy | gc-concurrent accuracy | all accuracy | all coverage |\n|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for (w, c, l) in paged_cells(cfg, rs) {
+        let c = &c;
+        for mode in [Mode::Baseline, Mode::Memliner] {
+            let cl = cell(rs, &w, c, mode, l);
+            let p = |class: &str, k: fn(&PrefetchClassDoc) -> Option<f64>| {
+                pct(med(&cl, |r| prefetch(r, class, k)))
+            };
+            let _ = writeln!(
+                md,
+                "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} |",
+                mode.name(),
+                fmt(med(&cl, |r| prefetch(r, "all", pages)), 0),
+                p("application", accuracy),
+                p("application", coverage),
+                p("gc", accuracy),
+                p("gc-concurrent", accuracy),
+                p("all", accuracy),
+                p("all", coverage),
+            );
+        }
+    }
+
+    // memliner's own levers.
+    let _ = writeln!(md, "\n## memliner's levers (medians)\n");
+    let _ = writeln!(
+        md,
+        "| workload | collector | local | cold evictions | promoted by the application | concurrent cycles seen | app faults during concurrent cycles | GC pause total ms (baseline / memliner) |\n|---|---|---|---|---|---|---|---|"
+    );
+    for (w, c, l) in paged_cells(cfg, rs) {
+        let c = &c;
+        let m = cell(rs, &w, c, Mode::Memliner, l);
+        let b = cell(rs, &w, c, Mode::Baseline, l);
+        let _ = writeln!(
+            md,
+            "| {w} | {c} | {l}% | {} | {} | {} | {} | {} / {} |",
+            fmt(
+                med(&m, |r| r
+                    .stat(|d| Some(d.pager.as_ref()?.cold.evicted as f64))),
+                0
+            ),
+            fmt(
+                med(&m, |r| r
+                    .stat(|d| Some(d.pager.as_ref()?.cold.promoted as f64))),
+                0
+            ),
+            fmt(
+                med(&m, |r| r
+                    .stat(|d| Some(d.pager.as_ref()?.concurrent_cycles as f64))),
+                0
+            ),
+            fmt(
+                med(&m, |r| r.stat(|d| Some(
+                    d.pager.as_ref()?.app_faults_in_concurrent_cycle as f64
+                ))),
+                0
+            ),
+            fmt(med(&b, |r| r.stat(|d| Some(d.gc.pause_total_ms))), 0),
+            fmt(med(&m, |r| r.stat(|d| Some(d.gc.pause_total_ms))), 0),
+        );
+    }
+
+    // The data path: where a paged run's time goes.
+    let _ = writeln!(md, "\n## The data path: where the time goes (medians)\n");
+    let _ = writeln!(
+        md,
+        "Remote faults cost the faulting thread what the probe sees (a remote read timed from the \
+         faulting side: with `faults=signal` the trap, the SIGBUS handler's service and the \
+         return; with `faults=thread` delivery to the handler thread, service, wake); the service \
+         time alone is beside it. Reactivations are the local faults reference sampling costs; a direct reclaim \
+         is a fault that found the budget full and evicted itself. Agent CPU counts the time \
+         faulting threads spend serving their own faults, the fault handlers, the reclaimer, \
+         prefetch and the probe (the TCP client runs on them); server \
+         CPU is the embedded memory server's connection threads.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| workload | collector | local | mode | x all-local | remote faults | reactivations | direct reclaims | agent CPU s | agent CPU us / remote fault | server CPU s | handler p50 / p99 us | faulting thread p50 / p99 us |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for (w, c, l) in paged_cells(cfg, rs) {
+        let c = &c;
+        let n = med(&cell(rs, &w, c, Mode::NoAgent, 100), wall);
+        for mode in [
+            Mode::Baseline,
+            Mode::Memliner,
+            Mode::MemlinerClock,
+            Mode::MemlinerInProcess,
+            Mode::MemlinerThreadFaults,
+        ] {
+            let m = cell(rs, &w, c, mode, l);
+            if m.is_empty() {
+                continue;
+            }
+            let us =
+                |f: fn(&PagerDoc) -> Option<f64>| med(&m, |r| r.stat(|d| f(d.pager.as_ref()?)));
+            let _ = writeln!(
+                md,
+                "| {w} | {c} | {l}% | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} |",
+                mode.name(),
+                fmt(med(&m, wall) / n, 1),
+                fmt(med(&m, |r| r.stat(|d| Some(d.faults.remote as f64))), 0),
+                fmt(med(&m, |r| r.stat(|d| Some(d.faults.reactivate as f64))), 0),
+                fmt(us(|p| Some(p.reclaim.direct_reclaims as f64)), 0),
+                fmt(us(|p| Some(p.agent_cpu.total_s)), 2),
+                fmt(us(|p| p.agent_cpu.per_remote_fault_us), 1),
+                fmt(med(&m, |r| r.server_cpu_ms.map(|v| v / 1e3)), 2),
+                fmt(us(|p| p.latency.remote.p50_us), 1),
+                fmt(us(|p| p.latency.remote.p99_us), 0),
+                fmt(us(|p| p.latency.thread_remote.p50_us), 1),
+                fmt(us(|p| p.latency.thread_remote.p99_us), 0),
+            );
+        }
+    }
+}
+
 /// The Spark jobs on executor JVMs (`--spark-cluster`): the job's wall time, and what the
 /// executors' agents counted, summed over the executors of each run.
 fn spark_cluster(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
@@ -691,7 +716,7 @@ fn spark_cluster(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
     );
     let _ = writeln!(
         md,
-        "| job | collector | mode | local | wall ms | x all-local | executors paged | remote faults | GC share of remote | remote read | remote written |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "| job | collector | mode | local | wall ms | x all-local | executors paged | remote faults | GC share of remote | GC pauses s | remote read | remote written |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     let total = |r: &Record| crate::aggregate::Totals::sum(&r.executors);
     let size = |pages: f64| {
@@ -709,7 +734,8 @@ fn spark_cluster(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
                 .filter(|r| r.workload == *w && r.collector == *c)
                 .map(|r| (r.mode, r.local))
                 .collect();
-            rows.sort_by_key(|&(m, l)| (std::cmp::Reverse(l), m.name()));
+            // All-local first, then each local share downwards.
+            rows.sort_by_key(|&(m, l)| (std::cmp::Reverse(l), m != Mode::NoAgent, m.name()));
             rows.dedup();
             for (mode, local) in rows {
                 let runs = cell(rs, w, c, mode, local);
@@ -720,7 +746,7 @@ fn spark_cluster(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
                 let figure = |v: f64, digits| if agent { fmt(v, digits) } else { String::new() };
                 let _ = writeln!(
                     md,
-                    "| {w} | {c} | {} | {local}% | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {w} | {c} | {} | {local}% | {} | {} | {} | {} | {} | {} | {} | {} |",
                     mode.name(),
                     outcome_note(&runs).unwrap_or_else(|| fmt(med(&runs, wall), 0)),
                     fmt(med(&runs, wall) / n, 2),
@@ -739,6 +765,12 @@ fn spark_cluster(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
                     } else {
                         String::new()
                     },
+                    figure(
+                        med(&runs, |r| Some(
+                            r.executors.iter().map(|d| d.gc.pause_total_ms).sum::<f64>() / 1e3
+                        )),
+                        1
+                    ),
                     if agent {
                         size(med(&runs, |r| Some(total(r).read_pages as f64)))
                     } else {
@@ -1176,19 +1208,25 @@ mod tests {
             md.contains("## Spark on executors: local-cluster, 2 executor JVMs of 512m heap"),
             "{md}"
         );
-        assert!(
-            md.contains(
-                "| spark-cluster-groupby | G1 | no-agent | 100% | 20000 | 1.00 |  |  |  |  |  |"
-            ),
-            "{md}"
-        );
-        // 1000 + 3000 remote faults, (500 + 300) of them by the GC, 1024 pages read.
-        assert!(
-            md.contains("| spark-cluster-groupby | G1 | memliner | 25% | 25000 | 1.25 | 2 of 2 | 4000 | 20.0% | 4.0 MiB |"),
-            "{md}"
-        );
+        let no_agent = md
+            .find(
+                "| spark-cluster-groupby | G1 | no-agent | 100% | 20000 | 1.00 |  |  |  |  |  |  |",
+            )
+            .expect(&md);
+        // 1000 + 3000 remote faults, (500 + 300) of them by the GC, 1024 pages read, two
+        // executors' 12 ms of pauses.
+        let memliner = md
+            .find("| spark-cluster-groupby | G1 | memliner | 25% | 25000 | 1.25 | 2 of 2 | 4000 | 20.0% | 0.0 | 4.0 MiB |")
+            .expect(&md);
+        assert!(no_agent < memliner, "all-local first: {md}");
         assert!(
             md.contains("| spark-cluster-groupby | G1 | baseline | 25% | 30000 | 1.50 | 1 of 2 | 4000 | 50.0% |"),
+            "{md}"
+        );
+        // The sections read from a run's own stats document have nothing to show.
+        assert!(!md.contains("## Remote faults by thread class"), "{md}");
+        assert!(
+            !md.contains("## The data path: where the time goes"),
             "{md}"
         );
     }
