@@ -54,6 +54,26 @@ impl Process {
             .unwrap_or_default()
     }
 
+    fn runs_agent(&self) -> Result<bool, String> {
+        Ok(String::from_utf8_lossy(&self.read("maps")?).contains(AGENT_FILE))
+    }
+
+    /// The pids of the process's children (any thread's).
+    fn children(&self) -> Vec<u32> {
+        let Ok(tasks) = std::fs::read_dir(self.proc.join("task")) else {
+            return Vec::new();
+        };
+        tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|c| {
+                c.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect()
+    }
+
     /// NUL-separated strings of a /proc file (cmdline, environ).
     fn strings(&self, file: &str) -> Result<Vec<String>, String> {
         Ok(self
@@ -147,11 +167,26 @@ fn identity(path: &Path) -> Option<(u64, i64, i64)> {
 /// Asks JVM `pid` for its stats document and returns it with where it was written.
 pub fn request(pid: u32, timeout: Duration) -> Result<(PathBuf, StatsDoc), String> {
     let p = Process::open(pid)?;
-    let maps = String::from_utf8_lossy(&p.read("maps")?).into_owned();
-    if !maps.contains(AGENT_FILE) {
+    if !p.runs_agent()? {
+        // `memliner run`'s own pid, or a launcher's, is an easy mistake: name the JVM.
+        let jvms: Vec<String> = p
+            .children()
+            .into_iter()
+            .filter(|c| {
+                Process::open(*c)
+                    .and_then(|c| c.runs_agent())
+                    .unwrap_or(false)
+            })
+            .map(|c| c.to_string())
+            .collect();
         return Err(format!(
-            "process {pid} ({}) does not run the memliner agent",
-            p.name()
+            "process {pid} ({}) does not run the memliner agent{}",
+            p.name(),
+            match jvms.len() {
+                0 => String::new(),
+                1 => format!("; its child {} does", jvms[0]),
+                _ => format!("; its children {} do", jvms.join(", ")),
+            }
         ));
     }
     if !p.has_userfaultfd()? {
