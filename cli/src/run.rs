@@ -304,10 +304,14 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
             cmd.env("FI_MR_CACHE_MONITOR", "disabled");
         }
         let stats = cfg.stats.clone().unwrap_or_else(|| {
+            // One name per launch: tests launch JVMs from several threads of one process (a
+            // clock's reading is no tie-breaker: two runs sharing a file read each other's
+            // stats, and one found none).
+            static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
             std::env::temp_dir().join(format!(
                 "memliner-stats-{}-{}.json",
                 std::process::id(),
-                Instant::now().elapsed().as_nanos()
+                LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             ))
         });
         let _ = std::fs::remove_file(&stats);
