@@ -6,6 +6,7 @@
 //! both sides use). This side finds that path from the process's own command line and
 //! environment, signals, and reads the document once it has been replaced.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -109,6 +110,43 @@ impl Process {
     }
 }
 
+/// A file descriptor that refers to process `pid` for as long as it is open (Linux 5.3).
+#[allow(unsafe_code)]
+fn pidfd_open(pid: u32) -> Result<OwnedFd, String> {
+    // SAFETY: pidfd_open takes a pid and flags and touches no memory of ours; it returns a new
+    // descriptor, which the OwnedFd then owns, or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ESRCH) => format!("no process {pid}"),
+            _ => format!("cannot open process {pid}: {e}"),
+        });
+    }
+    // SAFETY: fd was just returned by the kernel and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Sends `sig` to the process `pidfd` refers to.
+#[allow(unsafe_code)]
+fn pidfd_send_signal(pidfd: &OwnedFd, sig: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: the descriptor is open for the call's duration; a null siginfo asks for the
+    // kill(2)-like default, and flags must be 0.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// A variable of an environment read from /proc/PID/environ.
 fn env_var(environ: &[String], key: &str) -> Option<String> {
     environ
@@ -167,6 +205,10 @@ fn identity(path: &Path) -> Option<(u64, i64, i64)> {
 /// Asks JVM `pid` for its stats document and returns it with where it was written.
 pub fn request(pid: u32, timeout: Duration) -> Result<(PathBuf, StatsDoc), String> {
     let p = Process::open(pid)?;
+    // The process is held by a pidfd before it is checked: if it exits and its pid is reused
+    // meanwhile, the checks may read the newcomer, but the signal goes to the process held,
+    // which no longer exists (ESRCH), never to the newcomer.
+    let pidfd = pidfd_open(pid)?;
     if !p.runs_agent()? {
         // `memliner run`'s own pid, or a launcher's, is an easy mistake: name the JVM.
         let jvms: Vec<String> = p
@@ -203,14 +245,8 @@ pub fn request(pid: u32, timeout: Duration) -> Result<(PathBuf, StatsDoc), Strin
     }
     let path = dump_path(&p)?;
     let before = identity(&path);
-    // SAFETY: kill has no memory effects; pid names the process checked above (a pid reused
-    // in between would have to load the agent too to be signalled).
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGQUIT) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(format!("cannot signal JVM {pid}: {e}"));
-    }
+    pidfd_send_signal(&pidfd, libc::SIGQUIT)
+        .map_err(|e| format!("cannot signal JVM {pid}: {e}"))?;
     let deadline = Instant::now() + timeout;
     loop {
         let now = identity(&path);
