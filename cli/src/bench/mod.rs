@@ -477,41 +477,19 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 if rc.agent {
                     rc.latency = cfg.emulate_latency.clone();
                 }
-                // A cluster run's executors share one agent string: each writes its own file
-                // into a directory.
-                let executors_dir = (rc.agent
-                    && matches!(p.workload, BenchWorkload::Spark(_, spark::Deploy::Cluster)))
-                .then(|| {
-                    let d = std::env::temp_dir()
-                        .join(format!("memliner-bench-executors-{}", std::process::id()));
-                    let _ = std::fs::remove_dir_all(&d);
-                    d
-                });
-                if let Some(d) = &executors_dir {
-                    rc.stats = Some(PathBuf::from(format!("{}/", d.display())));
-                }
+                let executors_dir = executors_stats_dir(p, &mut rc);
                 let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
                 let out = launch(&rc, &cmd, true)?;
-                let want = if executors_dir.is_some() {
-                    spark::EXECUTORS
-                } else {
-                    0
-                };
-                let executors = executors_dir.map_or_else(Vec::new, |d| {
-                    let docs = crate::aggregate::load(std::slice::from_ref(&d))
-                        .map_or_else(|_| Vec::new(), |(jvms, _)| jvms);
-                    let _ = std::fs::remove_dir_all(&d);
-                    docs.into_iter().map(|j| j.doc).collect()
-                });
-                let checked = checked(&out, &what).and_then(|ok| {
-                    if executors.len() == want {
-                        Ok(ok)
-                    } else {
-                        Err(format!(
-                            "{what}: {} executors wrote stats, not {want}",
-                            executors.len()
-                        ))
-                    }
+                let executors = executors_dir
+                    .as_deref()
+                    .map_or_else(Vec::new, read_executors);
+                let checked = checked(&out, &what).and_then(|ok| match &executors_dir {
+                    Some(_) if executors.len() != spark::EXECUTORS => Err(format!(
+                        "{what}: {} executors wrote stats, not {}",
+                        executors.len(),
+                        spark::EXECUTORS
+                    )),
+                    _ => Ok(ok),
                 });
                 match checked {
                     Ok((checksum, ms)) => Record {
@@ -627,6 +605,25 @@ fn kernel_limit(calibration: &Record, all_local: &Record, local: u32) -> Option<
     let usage = calibration.kernel.as_ref()?.get("max_usage")?.as_f64()?;
     let touched = all_local.stat(|d| Some(d.pager.as_ref()?.peak_resident_pages as f64))? * 4096.0;
     Some(usage - touched * (100 - local) as f64 / 100.0)
+}
+
+/// For a paged cluster run: the directory its executors write their stats files into (they
+/// share one agent string), emptied, and set as `rc`'s stats path.
+fn executors_stats_dir(p: &Planned, rc: &mut RunConfig) -> Option<PathBuf> {
+    if !rc.agent || !matches!(p.workload, BenchWorkload::Spark(_, spark::Deploy::Cluster)) {
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("memliner-bench-executors-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    rc.stats = Some(PathBuf::from(format!("{}/", dir.display())));
+    Some(dir)
+}
+
+/// The executors' stats documents in `dir`, which goes.
+fn read_executors(dir: &Path) -> Vec<StatsDoc> {
+    let docs = crate::aggregate::load(&[dir.to_path_buf()]).map_or_else(|_| Vec::new(), |(j, _)| j);
+    let _ = std::fs::remove_dir_all(dir);
+    docs.into_iter().map(|j| j.doc).collect()
 }
 
 /// A record of `p` with no figures yet.
