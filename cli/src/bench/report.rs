@@ -979,7 +979,11 @@ pub fn csv(rs: &[Record]) -> String {
 /// The patched JDK's rows: stock JDK under both policies against the patched one with the
 /// hooks on, measured in the same interleaving, with the figures that explain the difference.
 fn gc_hooks_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
-    if !rs.iter().any(|r| r.mode == Mode::MemlinerGcHooks) {
+    // Hooked runs with their own stats (a cluster run's hooked executors are in its section).
+    if !rs
+        .iter()
+        .any(|r| r.mode == Mode::MemlinerGcHooks && r.stats.is_some())
+    {
         return;
     }
     let _ = writeln!(md, "\n## MemLiner's GC hooks: the patched JDK (medians)\n");
@@ -1203,7 +1207,19 @@ mod tests {
                 vec![executor(4000, 0.5, 256), executor(0, 0.0, 0)],
             ),
         ];
+        let mut rs = rs;
+        rs.push(cluster(
+            Mode::MemlinerGcHooks,
+            25,
+            22_000.0,
+            vec![executor(500, 0.5, 256), executor(500, 0.5, 256)],
+        ));
         let md = markdown(&cfg, &rs, &extras(Vec::new()));
+        assert!(
+            md.contains("| spark-cluster-groupby | G1 | memliner-gc-hooks | 25% | 22000 | 1.10 | 2 of 2 | 1000 |"),
+            "{md}"
+        );
+        assert!(!md.contains("## MemLiner's GC hooks"), "{md}");
         assert!(
             md.contains("## Spark on executors: local-cluster, 2 executor JVMs of 512m heap"),
             "{md}"
