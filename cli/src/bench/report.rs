@@ -742,45 +742,38 @@ fn spark_cluster(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
                 let paged = |r: &Record| {
                     Some(r.executors.iter().filter(|d| d.faults.remote > 0).count() as f64)
                 };
-                let agent = mode != Mode::NoAgent;
-                let figure = |v: f64, digits| if agent { fmt(v, digits) } else { String::new() };
-                let _ = writeln!(
-                    md,
-                    "| {w} | {c} | {} | {local}% | {} | {} | {} | {} | {} | {} | {} | {} |",
-                    mode.name(),
-                    outcome_note(&runs).unwrap_or_else(|| fmt(med(&runs, wall), 0)),
-                    fmt(med(&runs, wall) / n, 2),
-                    if agent {
+                // The executors' figures; an all-local run has none.
+                let figures = if mode == Mode::NoAgent {
+                    vec![String::new(); 6]
+                } else {
+                    vec![
                         format!(
                             "{} of {}",
                             fmt(med(&runs, paged), 0),
                             super::spark::EXECUTORS
-                        )
-                    } else {
-                        String::new()
-                    },
-                    figure(med(&runs, |r| Some(total(r).remote as f64)), 0),
-                    if agent {
-                        pct(med(&runs, |r| total(r).gc_share()))
-                    } else {
-                        String::new()
-                    },
-                    figure(
-                        med(&runs, |r| Some(
-                            r.executors.iter().map(|d| d.gc.pause_total_ms).sum::<f64>() / 1e3
-                        )),
-                        1
-                    ),
-                    if agent {
-                        size(med(&runs, |r| Some(total(r).read_pages as f64)))
-                    } else {
-                        String::new()
-                    },
-                    if agent {
-                        size(med(&runs, |r| Some(total(r).written_pages as f64)))
-                    } else {
-                        String::new()
-                    },
+                        ),
+                        fmt(med(&runs, |r| Some(total(r).remote as f64)), 0),
+                        pct(med(&runs, |r| total(r).gc_share())),
+                        fmt(
+                            med(&runs, |r| {
+                                Some(
+                                    r.executors.iter().map(|d| d.gc.pause_total_ms).sum::<f64>()
+                                        / 1e3,
+                                )
+                            }),
+                            1,
+                        ),
+                        size(med(&runs, |r| Some(total(r).read_pages as f64))),
+                        size(med(&runs, |r| Some(total(r).written_pages as f64))),
+                    ]
+                };
+                let _ = writeln!(
+                    md,
+                    "| {w} | {c} | {} | {local}% | {} | {} | {} |",
+                    mode.name(),
+                    outcome_note(&runs).unwrap_or_else(|| fmt(med(&runs, wall), 0)),
+                    fmt(med(&runs, wall) / n, 2),
+                    figures.join(" | "),
                 );
             }
         }
