@@ -7,13 +7,16 @@ use crate::options::LogLevel;
 use crate::vmstructs::{self, VmStructs};
 
 /// The heap as found at VMInit.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct FoundHeap {
     pub start: usize,
     pub bytes: usize,
     pub collector: &'static str,
     pub discovery: &'static str,
     pub spans: Vec<Span>,
+    /// Where the collector holds nothing live after a collection; `Err` says why it cannot
+    /// be read on this JVM.
+    pub layout: Result<crate::gc_layout::GcLayout, String>,
 }
 
 fn read_maps() -> Result<Vec<Mapping>, String> {
@@ -25,26 +28,29 @@ fn read_maps() -> Result<Vec<Mapping>, String> {
 /// Finds the reserved heap and its anonymous spans.
 pub fn discover() -> Result<FoundHeap, String> {
     let maps = read_maps()?;
+    let mut layout = Err("the VM's tables cannot be read".to_string());
     let (start, bytes, collector, discovery) = match VmStructs::load()
         .and_then(|vm| vm.reserved_heap().map(|h| (h, vm)))
     {
         Ok((h, vm)) => {
+            let collector = vmstructs::collector(&vm);
+            layout = crate::gc_layout::GcLayout::find(&vm, collector);
             let (init, max) = (vm.flag_u64("InitialHeapSize"), vm.flag_u64("MaxHeapSize"));
             if let (Ok(i), Ok(m)) = (init, max) {
                 if i < m {
-                    crate::log!(
+                    crate::logging::log!(
                         LogLevel::Info,
                         "-Xms ({i}) is below -Xmx ({m}): heap expansion and shrinking are followed through userfaultfd unmap events"
                     );
                 }
             }
-            (h.start, h.bytes, vmstructs::collector(&vm), "vmstructs")
+            (h.start, h.bytes, collector, "vmstructs")
         }
         Err(why) => {
             let (s, b) = largest_anonymous(&maps).ok_or_else(|| {
                 format!("cannot find the heap: {why}, and /proc/self/maps has no candidate")
             })?;
-            crate::log!(
+            crate::logging::log!(
                 LogLevel::Warn,
                 "heap found by guessing from /proc/self/maps ({why}); check the stats' heap size"
             );
@@ -66,6 +72,7 @@ pub fn discover() -> Result<FoundHeap, String> {
         collector,
         discovery,
         spans,
+        layout,
     })
 }
 

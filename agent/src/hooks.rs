@@ -5,13 +5,40 @@
 //! blocks or panics across the boundary.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use gc_hooks::{HookCounters, Hooks, ABI_VERSION, PHASE_MARK_END, PHASE_MARK_START};
+use gc_hooks::{HeapView, HookCounters, Hooks, ABI_VERSION, PHASE_MARK_END, PHASE_MARK_START};
 
+use crate::pager::Pager;
 use crate::prefetch::HintCounters;
 use crate::stats::doc::GcHooksDoc;
+
+/// The pager the hooks feed, and the view of its heap the JVM reads; set once paging starts.
+static PAGER: OnceLock<&'static Pager> = OnceLock::new();
+static VIEW: OnceLock<HeapView> = OnceLock::new();
+
+/// Connects the hooks to the pager once the heap is paged.
+pub fn attach(pager: &'static Pager) {
+    let _ = VIEW.set(HeapView {
+        abi_version: ABI_VERSION,
+        page_shift: swap_backend::PAGE_SIZE.trailing_zeros(),
+        base: pager.base(),
+        pages: pager.npages(),
+        residency: pager.residency_map(),
+    });
+    let _ = PAGER.set(pager);
+}
+
+fn pager() -> Option<&'static Pager> {
+    PAGER.get().copied()
+}
+
+/// The heap view for GC-hook patched JVMs (see gc-hooks); null until the heap is paged.
+#[no_mangle]
+pub extern "C" fn memliner_heap_view() -> *const HeapView {
+    VIEW.get().map_or(std::ptr::null(), |v| v as *const _)
+}
 
 static COUNTERS: HookCounters = HookCounters {
     recorded: AtomicU64::new(0),
@@ -25,7 +52,7 @@ static COUNTERS: HookCounters = HookCounters {
 static TABLE: Hooks = Hooks {
     version: ABI_VERSION,
     size: std::mem::size_of::<Hooks>() as u32,
-    heap_view: crate::memliner_heap_view,
+    heap_view: memliner_heap_view,
     prefetch,
     gc_phase,
     counters: &COUNTERS,
@@ -56,7 +83,7 @@ extern "C" fn prefetch(addrs: *const usize, n: usize) {
     let addrs = unsafe { std::slice::from_raw_parts(addrs, n) };
     // A hint is never worth a crash: a panic drops it.
     let _ = std::panic::catch_unwind(|| {
-        if let Some(p) = crate::pager() {
+        if let Some(p) = pager() {
             p.hint(addrs);
         }
     });
@@ -65,14 +92,14 @@ extern "C" fn prefetch(addrs: *const usize, n: usize) {
 extern "C" fn release(start: usize, len: usize) {
     // A failed release only leaves garbage paged: never worth a crash.
     let _ = std::panic::catch_unwind(|| {
-        if let Some(p) = crate::pager() {
+        if let Some(p) = pager() {
             p.release(start, len);
         }
     });
 }
 
 extern "C" fn gc_phase(phase: u32) {
-    if let (Some(p), PHASE_MARK_START | PHASE_MARK_END) = (crate::pager(), phase) {
+    if let (Some(p), PHASE_MARK_START | PHASE_MARK_END) = (pager(), phase) {
         p.set_marking(phase == PHASE_MARK_START);
     }
     let Ok(mut m) = MARKING.lock() else { return };

@@ -19,7 +19,7 @@
 //! | `handlers` | fault-handler threads, 1..=16             | `1` |
 //! | `token_file` | file holding the memory servers' shared secret (else `MEMLINER_TOKEN` in the environment); never the secret itself, which the JVM's command line would show every user | none |
 //! | `dirty`    | `track` (write-protect pages mapped on a read; clean pages are dropped without a write-back), `auto` (track per thread class while it pays: see `policy::WriteRatio`; `memliner` only, `baseline` treats it as `track`) or `assume` (no write faults; every evicted page is written back) | `auto` |
-//! | `reclaim`  | `fifo` (evict in arrival order, second chance for faulted pages) or `clock` (the reclaimer unmaps pages but keeps their bytes to see which are used before evicting them) | `fifo` |
+//! | `reclaim`  | `lru` (the kernel's active and inactive lists with working-set detection; references sampled by unmapping pages whose bytes stay local) or `fifo` (arrival order, a second chance for pages written while mapped; for comparison) | `lru` |
 //! | `faults`   | `signal` (the faulting thread serves its own fault from a SIGBUS handler: no thread wakes) or `thread` (fault-handler threads read userfaultfd events and wake the faulting thread; for programs whose system calls read paged-out heap memory from kernel mode) | `signal` |
 //! | `latency`  | emulated latency every store request takes at least (`3us`, `1ms`), for planning: `server=local,latency=3us` approximates an RDMA fabric; 0 turns it off | `0` |
 //! | `fallback` | `none` (the JVM does not start when the memory server cannot be used, and stops when its heap cannot be paged) or `local` (warn, and run without far memory) | `none` |
@@ -120,13 +120,7 @@ pub enum Streams {
 }
 
 /// How the reclaimer picks victims (`reclaim=`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reclaim {
-    /// Arrival order, second chance for faulted pages.
-    Fifo,
-    /// Pages are unmapped (bytes kept) to see which are used before they are evicted.
-    Clock,
-}
+pub use crate::pager::Replacement as Reclaim;
 
 /// What the agent does when it cannot give the JVM far memory (`fallback=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,10 +178,7 @@ impl Default for Options {
             dirty: Dirty::Auto,
             prefetch: 32,
             streams: Streams::Thread,
-            // A local fault costs a handler round trip (30-40 us on the VMs measured), so
-            // sampling lost 10-20% on the graph and kv workloads; it wins where a hot set
-            // fits and FIFO keeps pushing it out.
-            reclaim: Reclaim::Fifo,
+            reclaim: Reclaim::Lru,
             fallback: Fallback::None,
             probe_ms: 10,
             // The faulting thread serves its own fault: no wake on either side (a remote
@@ -295,7 +286,7 @@ const DIRTY: [(&str, Dirty); 3] = [
     ("track", Dirty::Track),
     ("assume", Dirty::Assume),
 ];
-const RECLAIM: [(&str, Reclaim); 2] = [("clock", Reclaim::Clock), ("fifo", Reclaim::Fifo)];
+const RECLAIM: [(&str, Reclaim); 2] = [("lru", Reclaim::Lru), ("fifo", Reclaim::Fifo)];
 const FALLBACK: [(&str, Fallback); 2] = [("none", Fallback::None), ("local", Fallback::Local)];
 const FAULTS: [(&str, FaultDelivery); 2] = [
     ("signal", FaultDelivery::Signal),
@@ -612,7 +603,7 @@ mod tests {
             "server=tcp://127.0.0.1:7070+mem2:7071,local=25%,policy=baseline",
             "server=tcp://127.0.0.1:7070+tcp://mem2:7071+tcp://mem3:7072,replicas=3",
             "local=12.5%,prefetch=0,streams=class,stats=/tmp/s.json,log=debug,handlers=4",
-            "local=512m,token_file=/tmp/t,dirty=assume,reclaim=clock,probe=0,faults=thread,fallback=local",
+            "local=512m,token_file=/tmp/t,dirty=assume,reclaim=fifo,probe=0,faults=thread,fallback=local",
             "server=local,latency=3us",
             "server=[::1]:9,dirty=track,policy=off",
         ];

@@ -54,6 +54,11 @@ pub trait PagingPolicy: Send + Sync + std::fmt::Debug {
     fn admission(&self, class: ThreadClass, source: Source) -> Admission;
     /// Whether a touch by `class` makes a cold page hot.
     fn promotes(&self, class: ThreadClass) -> bool;
+    /// Whether a touch by `class` counts as a reference for the replacement (a page it
+    /// touches while sampled, or writes while mapped, becomes active).
+    fn references(&self, _class: ThreadClass) -> bool {
+        true
+    }
     /// Whether a page read in for `class` is mapped write-protected to learn if it gets
     /// written (when dirty tracking is on at all).
     fn track_dirty(&self, _class: ThreadClass) -> bool {
@@ -190,6 +195,12 @@ impl PagingPolicy for MemLiner {
     }
 
     fn promotes(&self, class: ThreadClass) -> bool {
+        !class.is_gc()
+    }
+
+    /// The GC's touches are not the application's working set: tracing reads each object
+    /// once, and a pause's reads and writes serve the pause.
+    fn references(&self, class: ThreadClass) -> bool {
         !class.is_gc()
     }
 

@@ -21,6 +21,8 @@ pub struct ReservedHeap {
 pub struct VmStructs {
     fields: Vec<Field>,
     types: Vec<TypeEntry>,
+    /// `gHotSpotVMIntConstants`: enum values such as region type tags.
+    int_constants: Vec<(String, i32)>,
 }
 
 #[derive(Debug, Clone)]
@@ -146,9 +148,29 @@ impl VmStructs {
                 e += t_stride;
             }
         }
+        let mut int_constants = Vec::new();
+        if let (Some(mut e), Ok(c_name), Ok(c_value), Ok(c_stride)) = (
+            sym_ptr(h, c"gHotSpotVMIntConstants"),
+            need(c"gHotSpotVMIntConstantEntryNameOffset"),
+            need(c"gHotSpotVMIntConstantEntryValueOffset"),
+            need(c"gHotSpotVMIntConstantEntryArrayStride"),
+        ) {
+            // SAFETY: as above, for the int constants table (a null name ends it).
+            unsafe {
+                loop {
+                    let n = *((e + c_name as usize) as *const usize);
+                    if n == 0 {
+                        break;
+                    }
+                    int_constants.push((c_str(n), *((e + c_value as usize) as *const i32)));
+                    e += c_stride as usize;
+                }
+            }
+        }
         Ok(VmStructs {
             fields,
             types: type_list,
+            int_constants,
         })
     }
 
@@ -157,6 +179,28 @@ impl VmStructs {
             .iter()
             .find(|f| f.type_name == ty && f.field_name == name)
             .ok_or_else(|| format!("the VM does not describe {ty}::{name}"))
+    }
+
+    /// The offset of the first of `names` ((type, field), e.g. a JDK 17 name and its JDK 21+
+    /// rename) that the VM describes.
+    pub fn offset_of(&self, names: &[(&str, &str)]) -> Result<usize, String> {
+        first_ok(names, |(t, f)| self.offset(t, f))
+    }
+
+    /// The address of the first of `names` that is a static field the VM describes.
+    pub fn static_address_of(&self, names: &[(&str, &str)]) -> Result<usize, String> {
+        first_ok(names, |(t, f)| self.static_address(t, f))
+    }
+
+    /// The value of the first of `names` that is an int constant the VM describes.
+    pub fn int_constant(&self, names: &[&str]) -> Result<i32, String> {
+        first_ok(names, |n| {
+            self.int_constants
+                .iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| *v)
+                .ok_or_else(|| format!("the VM does not describe the constant {n}"))
+        })
     }
 
     fn offset(&self, ty: &str, name: &str) -> Result<usize, String> {
@@ -181,6 +225,17 @@ impl VmStructs {
             .find(|t| t.name == ty)
             .map(|t| t.size as usize)
             .ok_or_else(|| format!("the VM does not describe type {ty}"))
+    }
+
+    /// `Universe::_collectedHeap`: the heap object. Valid from VMInit on.
+    pub fn collected_heap(&self) -> Result<usize, String> {
+        let slot = self.static_address("Universe", "_collectedHeap")?;
+        // SAFETY: the VM describes this static pointer; it is set before VMInit.
+        let heap = unsafe { *(slot as *const usize) };
+        if heap == 0 {
+            return Err("the heap is not initialised yet".into());
+        }
+        Ok(heap)
     }
 
     /// `Universe::_collectedHeap->_reserved`: the whole reserved heap. Valid from VMInit on.
@@ -240,6 +295,20 @@ impl VmStructs {
         // SAFETY: size_t/uintx flags are 8-byte words on x86-64 and aarch64.
         self.flag_addr(name).map(|a| unsafe { *(a as *const u64) })
     }
+}
+
+/// `f` of the first of `names` that succeeds, else the first name's error.
+fn first_ok<N: Copy, T>(names: &[N], f: impl Fn(N) -> Result<T, String>) -> Result<T, String> {
+    let mut first = None;
+    for &n in names {
+        match f(n) {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    Err(first.unwrap_or_else(|| "no name to look up".into()))
 }
 
 /// The collector the VM runs, from its `Use...GC` flags.

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use memliner_agent::pager::{Pager, PagerConfig};
+use memliner_agent::pager::{Pager, PagerConfig, Replacement, Window};
 use swap_backend::{LocalStore, PageStore, PAGE_SIZE};
 
 mod common;
@@ -30,7 +30,7 @@ fn start_with(
             evict_batch: 8,
             track_dirty,
             // The riskier path: pages unmapped for sampling while they are written.
-            sampling: true,
+            window: Window::Fixed(32),
             ..PagerConfig::default()
         },
         store,
@@ -120,7 +120,12 @@ fn shared_atomic_increments_survive_eviction() {
                 budget_pages: 24,
                 fill_ahead: 3,
                 evict_batch: 8,
-                sampling,
+                replacement: if sampling {
+                    Replacement::Lru
+                } else {
+                    Replacement::Fifo
+                },
+                window: Window::Fixed(32),
                 ..PagerConfig::default()
             },
             Box::new(LocalStore::new(1 << 20)),

@@ -142,8 +142,8 @@ fn prefetched_pages_carry_the_last_write_under_both_policies() {
     }
 }
 
-/// Pages 0..HOT are the application's working set; a concurrent GC thread then reads the whole
-/// region once.
+/// Pages 0..HOT are the application's working set, which it reads; a concurrent GC thread then
+/// reads the whole region once.
 /// Returns the region with its pager (in drop order: the pager goes first).
 fn gc_scan_after_app_work(policy: Arc<dyn PagingPolicy>) -> ((Pager, Region), usize) {
     const HOT: usize = 48;
@@ -154,11 +154,11 @@ fn gc_scan_after_app_work(policy: Arc<dyn PagingPolicy>) -> ((Pager, Region), us
     for p in 0..region.pages {
         region.write(p, 0, pattern(p, 0, 1));
     }
-    // The application works on its hot set (brought back in by the application).
-    for round in 2..4 {
+    // The application reads its hot set (brought back in by the application). Reads of mapped
+    // pages leave no trace the pager sees: only the GC-awareness of the policy can keep them.
+    for _ in 0..2 {
         for p in 0..HOT {
-            assert_eq!(region.read(p, 0), pattern(p, 0, round - 1));
-            region.write(p, 0, pattern(p, 0, round));
+            assert_eq!(region.read(p, 0), pattern(p, 0, 1));
         }
     }
     // A concurrent GC thread traces the rest of the heap.
@@ -189,7 +189,7 @@ fn memliner_keeps_the_application_working_set_through_a_gc_scan() {
 }
 
 #[test]
-fn baseline_lets_a_gc_scan_evict_the_application_working_set() {
+fn baseline_lets_a_gc_scan_evict_a_working_set_it_cannot_see() {
     let (paged, resident) = gc_scan_after_app_work(baseline());
     let pager = &paged.0;
     assert!(

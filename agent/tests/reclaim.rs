@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memliner_agent::model::{FaultKind, ThreadClass};
-use memliner_agent::pager::{Pager, PagerConfig};
+use memliner_agent::pager::{Pager, PagerConfig, Replacement, Window};
 use memliner_agent::policy::Baseline;
 use swap_backend::{LocalStore, PageStore, StoreError};
 
@@ -35,7 +35,12 @@ fn start_with(
             handlers,
             fill_ahead: FILL_AHEAD,
             evict_batch: 8,
-            sampling,
+            replacement: if sampling {
+                Replacement::Lru
+            } else {
+                Replacement::Fifo
+            },
+            window: Window::Fixed(32),
             prefetch_depth: 0,
             policy: Arc::new(Baseline { prefetch: false }),
             ..PagerConfig::default()
@@ -280,15 +285,24 @@ fn no_write_is_lost_when_pages_are_taken_back_and_written_out_again_during_a_wri
 /// inactive list (at least 32): at 64 pages a 24-page hot set lived in the inactive list, and
 /// on a loaded machine a reclaim burst that ran while the application waited for a core
 /// evicted hot pages before their next touch (half the runs failed).
-fn hot_set_through_a_scan(sampling: bool) -> u64 {
+fn hot_set_through_a_scan(replacement: Replacement, window: Window) -> u64 {
     const HOT: usize = 64;
     const SCAN: usize = 1200;
     let region = Region::new(HOT + SCAN);
-    let pager = start(
+    let pager = start_pager(
         &region,
-        256,
-        sampling,
+        PagerConfig {
+            budget_pages: 256,
+            fill_ahead: FILL_AHEAD,
+            evict_batch: 8,
+            replacement,
+            window,
+            prefetch_depth: 0,
+            policy: Arc::new(Baseline { prefetch: false }),
+            ..PagerConfig::default()
+        },
         ShapedStore::new(Duration::from_micros(20), Duration::ZERO),
+        Box::new(AllApp),
     );
     // Write everything once so that every page lives remotely (the scan then fetches).
     for p in 0..region.pages {
@@ -306,11 +320,12 @@ fn hot_set_through_a_scan(sampling: bool) -> u64 {
     }
     let hot_remote = (remote_faults(&pager) - before).saturating_sub(SCAN as u64);
     let r = pager.reclaim_counters();
+    let d = pager.decisions();
     eprintln!(
-        "sampling={sampling}: {hot_remote} hot pages refetched; deactivated {} reactivated {} workingset {} direct {} target {:?}",
+        "{replacement:?} {window:?}: {hot_remote} hot pages refetched; deactivated {} reactivated {} workingset {} direct {} target {:?}",
         r.deactivated.load(Ordering::SeqCst),
         r.reactivated.load(Ordering::SeqCst),
-        r.workingset_refaults.load(Ordering::SeqCst),
+        d.workingset_activations,
         r.direct_reclaims.load(Ordering::SeqCst),
         pager.inactive_pages()
     );
@@ -318,22 +333,24 @@ fn hot_set_through_a_scan(sampling: bool) -> u64 {
 }
 
 #[test]
-fn a_hot_set_that_fits_survives_a_cold_scan_with_sampled_references() {
-    let fifo_remote = hot_set_through_a_scan(false);
-    let clock_remote = hot_set_through_a_scan(true);
+fn a_hot_set_that_fits_survives_a_cold_scan() {
+    let fifo = hot_set_through_a_scan(Replacement::Fifo, Window::Adaptive);
+    let sampled = hot_set_through_a_scan(Replacement::Lru, Window::Fixed(32));
+    let workingset = hot_set_through_a_scan(Replacement::Lru, Window::Adaptive);
     // FIFO cannot see touches of mapped pages: the scan pushes the hot set out again and
-    // again. Sampling sees them and keeps it.
+    // again. Sampling sees them and keeps the hot set; working-set detection sees each hot
+    // page come back soon after its eviction, once, and keeps it active from then on.
+    assert!(fifo >= 150, "fifo refetched only {fifo} hot pages");
     assert!(
-        fifo_remote >= 200,
-        "fifo refetched only {fifo_remote} hot pages"
+        sampled * 4 <= fifo,
+        "sampling refetched {sampled}, fifo {fifo}"
     );
     assert!(
-        clock_remote * 3 <= fifo_remote,
-        "sampling refetched {clock_remote} hot pages, fifo {fifo_remote}"
+        workingset <= 64 + 16,
+        "working-set detection refetched {workingset} hot pages (64 of them), fifo {fifo}"
     );
-    // The hot set stays: fewer than one hot page refetched every 4 scan steps.
     assert!(
-        clock_remote * 4 <= 1200,
-        "sampling refetched {clock_remote} hot pages"
+        workingset * 2 <= fifo,
+        "working-set detection {workingset}, fifo {fifo}"
     );
 }

@@ -64,8 +64,8 @@ enum Cmd {
         /// written back).
         #[arg(long)]
         dirty: Option<String>,
-        /// Reclaim: fifo (evict in arrival order; the default) or clock (unmap pages but keep
-        /// their bytes to see which are used before evicting them).
+        /// Reclaim: lru (the kernel's active and inactive lists with working-set detection; the
+        /// default) or fifo (arrival order, for comparison).
         #[arg(long)]
         reclaim: Option<String>,
         /// Fault delivery: signal (the faulting thread serves its own fault; the default) or

@@ -33,7 +33,7 @@ pub struct RunConfig {
     pub prefetch: Option<usize>,
     /// `streams=` value: `thread` or `class`.
     pub streams: Option<String>,
-    /// `reclaim=` value: `clock` or `fifo`.
+    /// `reclaim=` value: `lru` or `fifo`.
     pub reclaim: Option<String>,
     /// `faults=` value: `signal` or `thread`.
     pub faults: Option<String>,

@@ -99,6 +99,19 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
             pct(pf.all.coverage),
         ));
     }
+    let dead = &pager.dead;
+    if dead.collections > 0 {
+        out.push(format!(
+            "dead space: {} pages dropped after {} collections ({} free-region, {} above top; {} fetches of dead bytes saved, {} local pages freed), {:.1} ms in pauses",
+            dead.pages(),
+            dead.collections,
+            dead.free_region.pages,
+            dead.above_top.pages,
+            dead.remote(),
+            dead.free_region.mapped + dead.above_top.mapped,
+            dead.pause_ms,
+        ));
+    }
     if pager.cold.evicted > 0 {
         out.push(format!(
             "cold queue: {} GC-read pages evicted before application pages ({} after a pause ended), {} promoted by application writes",
@@ -107,8 +120,8 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
     }
     let r = &pager.reclaim;
     out.push(format!(
-        "reclaim ({}): {} pages sampled, {} touched again (local faults), {} refaults a longer inactive list would have saved; {} direct-reclaim stalls",
-        r.mode, r.deactivated, r.reactivated, r.workingset_refaults, r.direct_reclaims,
+        "reclaim ({}): {} pages sampled, {} touched again (local faults); refaults {} within the working set (activated), {} distant; {} prefetched pages evicted unused; {} direct-reclaim stalls",
+        r.mode, r.deactivated, r.reactivated, r.workingset_activations, r.distant_refaults, r.prefetched_evicted_unused, r.direct_reclaims,
     ));
     let cpu = &pager.agent_cpu;
     out.push(format!(
@@ -186,7 +199,7 @@ mod tests {
         assert!(!text.contains("cold queue"), "no cold evictions: {text}");
         assert!(
             text.contains(
-                "reclaim (clock): 900 pages sampled, 300 touched again (local faults), 20 refaults"
+                "reclaim (lru): 900 pages sampled, 300 touched again (local faults); refaults 20 within"
             ),
             "{text}"
         );

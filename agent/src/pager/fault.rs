@@ -3,9 +3,10 @@
 //! (`faults=thread`) or by the faulting thread itself from its SIGBUS handler (`signal`).
 //!
 //! A fault claims its page; a handler that finds the page `Busy` (another thread is fetching,
-//! deactivating or mapping it) retries that fault after its batch. Copies map pages without
-//! waking; the wakes of a batch are issued together (the wake dominated fault latency on this
-//! kind of VM).
+//! deactivating or mapping it) retries that fault after its batch. Every kind of fault maps its
+//! page the same way (`install`): map without waking, tell the reclaimer (holding the claim),
+//! end the claim; the wakes of a batch are issued together (the wake dominated fault latency
+//! on this kind of VM).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -15,10 +16,14 @@ use std::time::Instant;
 
 use swap_backend::PAGE_SIZE;
 
+use super::budget::Charge;
+use super::context::{Ctx, ZERO_PAGE};
+use super::os;
 use super::page_table::{Claim, PageState};
-use super::{os, Shared, CYCLE_GAP, ZERO_PAGE};
+use super::parts::Parts;
+use super::reclaim::Arrival;
 use crate::model::{FaultKind, ThreadClass, ThreadKind};
-use crate::policy::Source;
+use crate::policy::{Admission, Source};
 use crate::uffd::{CopyOutcome, Event};
 
 /// One page fault being served: the event (kept for a retry) and what was read from it.
@@ -38,9 +43,35 @@ thread_local! {
     static KIND: Cell<(usize, Option<ThreadKind>)> = const { Cell::new((0, None)) };
 }
 
+/// How a page being mapped joins the reclaimer's lists.
+#[derive(Clone, Copy)]
+enum Joins {
+    /// Admitted, as the policy said for `class` and `source`.
+    Admitted {
+        arrival: Arrival,
+        class: ThreadClass,
+        source: Source,
+    },
+    /// An inactive page mapped back from `slot`.
+    Reactivated {
+        slot: u32,
+        in_writeback: bool,
+        class: ThreadClass,
+    },
+}
+
+/// How an `install` ended.
+enum Installed<'c> {
+    /// Mapped (or its range went away: left untouched); the claim is finished.
+    Done,
+    /// The mm is changing under an unread event: the claim is handed back for the caller
+    /// to undo what it prepared, then drop; the fault is retried after events are read.
+    Again(Claim<'c>),
+}
+
 /// One fault-handler thread, or a thread serving its own fault (`for_signal`).
 pub(super) struct Handler<'a> {
-    s: &'a Shared,
+    p: &'a Parts,
     index: usize,
     /// Serving the current thread's own fault from its SIGBUS handler: nobody waits to be
     /// woken, and a retry is the access faulting again.
@@ -48,6 +79,7 @@ pub(super) struct Handler<'a> {
     kinds: HashMap<u32, ThreadKind>,
     fetch_buf: Vec<u8>,
     zeros: Vec<u8>,
+    /// Pages whose waiters are woken at the end of the batch.
     wakes: Vec<usize>,
     retry: Vec<Event>,
     /// Remote pages of the batch being handled, claimed, waiting for one read.
@@ -55,9 +87,9 @@ pub(super) struct Handler<'a> {
 }
 
 impl<'a> Handler<'a> {
-    pub(super) fn new(s: &'a Shared, index: usize) -> Self {
+    pub(super) fn new(p: &'a Parts, index: usize) -> Self {
         Handler {
-            s,
+            p,
             index,
             signal: false,
             kinds: HashMap::new(),
@@ -71,10 +103,10 @@ impl<'a> Handler<'a> {
 
     /// Serves the calling thread's own fault (from the SIGBUS handler). Allocates nothing
     /// until a fault needs a buffer.
-    pub(super) fn for_signal(s: &'a Shared) -> Self {
+    pub(super) fn for_signal(p: &'a Parts) -> Self {
         Handler {
             signal: true,
-            ..Handler::new(s, s.latencies.len() - 2)
+            ..Handler::new(p, p.ctx.latencies.len() - 2)
         }
     }
 
@@ -101,15 +133,16 @@ impl<'a> Handler<'a> {
     }
 
     pub(super) fn run(mut self) {
+        let ctx = &*self.p.ctx;
         let mut events = [Event::Other(0); 64];
         let mut fds = [
             libc::pollfd {
-                fd: self.s.uffd.raw_fd(),
+                fd: ctx.uffd.raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             },
             libc::pollfd {
-                fd: self.s.wakeup.as_raw_fd(),
+                fd: ctx.wakeup.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -118,7 +151,7 @@ impl<'a> Handler<'a> {
             // Never sleep with faults waiting for a retry; otherwise poll briefly while a
             // core is idle (a wake costs more than the next fault usually takes to come),
             // then sleep.
-            let mut ready = if self.retry.is_empty() && !self.s.serves_by_signal() {
+            let mut ready = if self.retry.is_empty() && !ctx.by_signal {
                 let mut n = 0;
                 swap_backend::spin::spin_until(|| {
                     // An error is reported by the blocking poll below.
@@ -133,24 +166,22 @@ impl<'a> Handler<'a> {
                 let timeout = if self.retry.is_empty() { -1 } else { 0 };
                 ready = match os::poll(&mut fds, timeout) {
                     Ok(n) => n,
-                    Err(e) => self.s.die(&format!("fault handler cannot poll: {e}")),
+                    Err(e) => ctx.die(&format!("fault handler cannot poll: {e}")),
                 };
             }
             if ready > 0 && fds[1].revents != 0 {
                 // On stop the eventfd is left readable so that every handler sees it.
-                if self.s.stop.load(Ordering::SeqCst) {
+                if ctx.stop.load(Ordering::SeqCst) {
                     return;
                 }
-                os::drain(&self.s.wakeup);
+                os::drain(&ctx.wakeup);
             }
             // New events first: an UNMAP event read here is what lets an EAGAIN'd retry below
             // succeed (the kernel refuses copies while an unread event changes the mm).
             let n = if ready > 0 && fds[0].revents != 0 {
-                match self.s.uffd.read_events(&mut events) {
+                match ctx.uffd.read_events(&mut events) {
                     Ok(n) => n,
-                    Err(e) => self
-                        .s
-                        .die(&format!("fault handler cannot read faults: {e}")),
+                    Err(e) => ctx.die(&format!("fault handler cannot read faults: {e}")),
                 }
             } else {
                 0
@@ -176,7 +207,7 @@ impl<'a> Handler<'a> {
     fn cached_kind(&self, tid: u32) -> Option<ThreadKind> {
         if self.signal {
             match KIND.with(Cell::get) {
-                (p, k) if p == self.s as *const Shared as usize => k,
+                (p, k) if p == self.p as *const Parts as usize => k,
                 _ => None,
             }
         } else {
@@ -186,20 +217,21 @@ impl<'a> Handler<'a> {
 
     fn cache_kind(&mut self, tid: u32, k: ThreadKind) {
         if self.signal {
-            KIND.with(|c| c.set((self.s as *const Shared as usize, Some(k))));
+            KIND.with(|c| c.set((self.p as *const Parts as usize, Some(k))));
         } else {
             self.kinds.insert(tid, k);
         }
     }
 
     fn class_of(&mut self, tid: u32) -> ThreadClass {
-        if tid == self.s.probe_tid.load(Ordering::Relaxed) {
+        let ctx = &*self.p.ctx;
+        if tid == ctx.probe_tid.load(Ordering::Relaxed) {
             return ThreadClass::Other;
         }
         let kind = match self.cached_kind(tid) {
             Some(k) => k,
             None => {
-                let k = self.s.classifier.kind_of(tid);
+                let k = ctx.classifier.kind_of(tid);
                 if k != ThreadKind::Unknown {
                     self.cache_kind(tid, k);
                 }
@@ -209,7 +241,7 @@ impl<'a> Handler<'a> {
         match kind {
             ThreadKind::Fixed(c) => c,
             ThreadKind::GcWorker => {
-                if self.s.classifier.in_gc_pause() {
+                if ctx.classifier.in_gc_pause() {
                     ThreadClass::Gc
                 } else {
                     ThreadClass::GcConcurrent
@@ -219,55 +251,14 @@ impl<'a> Handler<'a> {
         }
     }
 
-    /// Follows concurrent GC cycles through the concurrent GC threads' own faults.
-    fn note_phase(&self, class: ThreadClass) {
-        let now = self.s.epoch.elapsed().as_nanos() as u64;
-        match class {
-            ThreadClass::GcConcurrent => {
-                let last = self.s.last_concurrent_fault.swap(now, Ordering::Relaxed);
-                if last == 0 || now.saturating_sub(last) > CYCLE_GAP.as_nanos() as u64 {
-                    self.s
-                        .counters
-                        .concurrent_cycles
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            ThreadClass::Application => {
-                let last = self.s.last_concurrent_fault.load(Ordering::Relaxed);
-                if last != 0 && now.saturating_sub(last) <= CYCLE_GAP.as_nanos() as u64 {
-                    self.s
-                        .counters
-                        .app_faults_in_concurrent_cycle
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            _ => {}
-        }
-    }
-
     fn count(&self, class: ThreadClass, kind: FaultKind) {
-        self.s.counters.faults[class as usize][kind as usize].fetch_add(1, Ordering::Relaxed);
-        if class == ThreadClass::GcConcurrent
-            && kind == FaultKind::Remote
-            && self.s.marking.load(Ordering::Relaxed)
-        {
-            self.s
-                .counters
-                .gc_concurrent_remote_while_marking
-                .fetch_add(1, Ordering::Relaxed);
-        }
+        self.p.ctx.count(class, kind, self.p.phases.marking());
     }
 
-    /// Records a fault's handler-side service time; returns it (ns).
     fn record_latency(&self, started: Instant, remote: bool) -> u64 {
-        let ns = started.elapsed().as_nanos() as u64;
+        let ns = self.p.ctx.record_latency(self.index, started, remote);
         if remote {
-            self.s.reclaim.sizer().costs.remote_service(ns);
-        }
-        let mut l = self.s.latencies[self.index].lock().unwrap();
-        let _ = l.all.record(ns.max(1));
-        if remote {
-            let _ = l.remote.record(ns.max(1));
+            self.p.reclaim.sizer().costs.remote_service(ns);
         }
         ns
     }
@@ -276,22 +267,7 @@ impl<'a> Handler<'a> {
         if self.signal {
             self.wakes.clear(); // the only waiter is this thread, which is running
         }
-        if self.wakes.is_empty() {
-            return;
-        }
-        self.wakes.sort_unstable();
-        self.wakes.dedup();
-        let pages: Vec<usize> = self
-            .wakes
-            .drain(..)
-            .map(|a| (a - self.s.base) / PAGE_SIZE)
-            .collect();
-        for (start, len) in os::runs(self.s.base, &pages) {
-            if let Err(e) = self.s.uffd.wake(start, len) {
-                self.s
-                    .die(&format!("cannot wake threads waiting at {start:#x}: {e}"));
-            }
-        }
+        self.p.ctx.wake(&mut self.wakes);
     }
 
     fn handle(&mut self, ev: Event, started: Instant) {
@@ -302,14 +278,14 @@ impl<'a> Handler<'a> {
                 wp,
                 tid,
             } => {
-                if addr < self.s.base || addr >= self.s.base + self.s.npages * PAGE_SIZE {
+                let Some(page) = self.p.ctx.page_of(addr) else {
                     return;
-                }
+                };
                 let class = self.class_of(tid);
-                self.note_phase(class);
+                self.p.phases.note_fault(class, &self.p.ctx.counters);
                 let f = Fault {
                     ev,
-                    page: (addr - self.s.base) / PAGE_SIZE,
+                    page,
                     write,
                     tid,
                     class,
@@ -325,68 +301,97 @@ impl<'a> Handler<'a> {
                 // The fetches claimed so far first: the unmap waits for claimed pages.
                 self.flush_fetches();
                 self.flush_wakes();
-                self.s.unmapped(start, end);
+                super::remap::unmapped(self.p, start, end);
             }
             Event::Other(_) => {}
         }
     }
 
-    /// Maps `src` at page `p` (which this handler has claimed), without waking; the wake is
-    /// batched.
-    fn install(&mut self, p: usize, src: *const u8, write_protect: bool) -> CopyOutcome {
-        let addr = self.s.page_addr(p);
-        // SAFETY: src is a full page (the zero page, our fetch buffer, a marker or a slot,
-        // which nobody writes while the page is claimed); page p is in the registered region
-        // and claimed, so nobody else maps it.
-        match unsafe { self.s.uffd.copy(addr, src, PAGE_SIZE, write_protect, false) } {
-            Ok(o) => o,
-            Err(e) => self
-                .s
-                .die(&format!("cannot map heap page {p} at {addr:#x}: {e}")),
-        }
+    /// Charges a fault's page, reclaiming directly when the budget is full. `false`: no room
+    /// now (the caller drops the claim and retries the fault after reading events).
+    fn charge(&self, c: &mut Claim<'_>) -> bool {
+        let budget = &self.p.budget;
+        budget.charge(c, Charge::Demand)
+            || (self.p.reclaim.direct(true) && budget.charge(c, Charge::Demand))
     }
 
-    /// Maps `count` zero pages from page `p` on (all claimed by this handler), writable.
-    fn install_run(&mut self, p: usize, count: usize) -> CopyOutcome {
-        if self.zeros.len() < count * PAGE_SIZE {
-            self.zeros = vec![0; count * PAGE_SIZE];
-        }
-        let addr = self.s.page_addr(p);
-        // SAFETY: `zeros` holds `count` pages; pages p..p+count are registered (claim_ahead
-        // stays inside p's span) and claimed, so nobody else maps them.
-        match unsafe {
-            self.s
-                .uffd
-                .copy(addr, self.zeros.as_ptr(), count * PAGE_SIZE, false, false)
-        } {
-            Ok(o) => o,
-            Err(_) => CopyOutcome::Gone,
-        }
-    }
-
-    /// Ends the claim of a page just mapped (or not, if its range went away).
-    fn finish_install(&mut self, c: Claim<'_>, outcome: CopyOutcome, state: PageState) -> bool {
+    /// The one way a fault maps a page: `src` (a full page nobody writes meanwhile) at
+    /// claimed page `c`, then the reclaimer hears of it while the claim is held, then the
+    /// claim ends in `state`. The wake is batched.
+    fn install(
+        &mut self,
+        c: Claim<'a>,
+        src: *const u8,
+        protect: bool,
+        state: PageState,
+        joins: Joins,
+    ) -> Installed<'a> {
         let p = c.page();
-        self.wakes.push(self.s.page_addr(p));
+        // SAFETY: `src` is a full page (the zero page, our fetch buffer, a marker or a slot,
+        // none written while the page is claimed); page p is registered and claimed.
+        let outcome = unsafe { self.p.ctx.map(p, src, 1, protect) };
+        self.joined(c, outcome, state, joins)
+    }
+
+    /// Ends the claim of a page whose mapping ended with `outcome` (see `install`).
+    fn joined(
+        &mut self,
+        c: Claim<'a>,
+        outcome: CopyOutcome,
+        state: PageState,
+        joins: Joins,
+    ) -> Installed<'a> {
+        let p = c.page();
         match outcome {
+            CopyOutcome::Again => return Installed::Again(c),
             CopyOutcome::Copied | CopyOutcome::Exists => {
+                let policy = &self.p.ctx.config.policy;
+                match joins {
+                    Joins::Admitted {
+                        arrival,
+                        class,
+                        source,
+                    } => {
+                        let admission = policy.admission(class, source);
+                        self.p.reclaim.admit(
+                            p,
+                            arrival,
+                            admission == Admission::Cold,
+                            admission == Admission::ColdAfterPause,
+                        );
+                    }
+                    Joins::Reactivated {
+                        slot,
+                        in_writeback,
+                        class,
+                    } => {
+                        let activate = policy.references(class);
+                        if self.p.reclaim.reactivated(p, slot, in_writeback, activate) {
+                            self.p.ctx.counters.promoted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
                 c.finish(state);
-                true
             }
-            _ => {
-                // The range went away under us (unmapped, or `Again` for a fill-ahead page):
-                // leave the page untouched; an UNMAP event resets the rest.
+            CopyOutcome::Gone => {
+                // The range went away under us (unmapped): leave the page untouched; its
+                // UNMAP event resets the rest.
+                if let Joins::Reactivated { slot, .. } = joins {
+                    self.p.reclaim.restore_slot(p, slot);
+                }
+                self.p.reclaim.forget(p, c.from());
                 c.finish(PageState::Untouched);
-                false
             }
         }
+        self.wakes.push(p);
+        Installed::Done
     }
 
     fn missing_fault(&mut self, f: Fault) {
         let Fault {
             ev, page: p, class, ..
         } = f;
-        match self.s.table.get(p) {
+        match self.p.ctx.table.get(p) {
             PageState::Cached => self.marker_fault(f),
             PageState::InactiveClean | PageState::InactiveDirty | PageState::Writeback => {
                 self.reactivate(f)
@@ -396,15 +401,16 @@ impl<'a> Handler<'a> {
             s @ (PageState::CleanZero | PageState::Clean | PageState::Dirty) => {
                 // Already mapped (a duplicate message), or discarded by the JVM behind our back
                 // (then zeros are the right content).
-                let Some(c) = self.s.table.claim(p, s) else {
+                let Some(c) = self.p.ctx.table.claim(p, s) else {
                     return self.retry.push(ev);
                 };
-                let o = self.install(p, ZERO_PAGE.0.as_ptr(), false);
+                // SAFETY: the zero page is a full page nobody writes; p is claimed.
+                let o = unsafe { self.p.ctx.map(p, ZERO_PAGE.0.as_ptr(), 1, false) };
                 if o == CopyOutcome::Again {
                     drop(c);
                     return self.retry.push(ev);
                 }
-                self.wakes.push(self.s.page_addr(p));
+                self.wakes.push(p);
                 c.finish(if o == CopyOutcome::Copied {
                     PageState::Dirty
                 } else {
@@ -426,13 +432,14 @@ impl<'a> Handler<'a> {
             started,
             ..
         } = f;
-        let Some(mut c) = self.s.table.claim(p, PageState::Untouched) else {
+        let ctx = &*self.p.ctx;
+        let Some(mut c) = ctx.table.claim(p, PageState::Untouched) else {
             return self.retry.push(ev);
         };
-        if !self.s.charge(&mut c) {
+        if !self.charge(&mut c) {
             return self.retry.push(ev); // claim dropped: state restored
         }
-        let mut ahead = if write {
+        let ahead = if write {
             self.claim_ahead(p)
         } else {
             Vec::new()
@@ -440,44 +447,58 @@ impl<'a> Handler<'a> {
         // A write fault with pages claimed ahead maps the whole run in one ioctl; if that
         // fails part way, the pages are mapped one by one (a page already mapped then reports
         // `Exists`, which is fine).
-        let run_ok =
-            !ahead.is_empty() && self.install_run(p, 1 + ahead.len()) == CopyOutcome::Copied;
+        let run = 1 + ahead.len();
+        let run_ok = !ahead.is_empty() && {
+            if self.zeros.len() < run * PAGE_SIZE {
+                self.zeros = vec![0; run * PAGE_SIZE];
+            }
+            // SAFETY: `zeros` holds `run` pages nobody writes; pages p..p+run are registered
+            // (claim_ahead stays inside p's span) and claimed.
+            unsafe { ctx.map(p, self.zeros.as_ptr(), run, false) == CopyOutcome::Copied }
+        };
         // Map write-protected after a read so that the first write is seen, unless dirtiness
         // is not tracked (then every page counts as written).
-        let protect = !write && self.s.tracks_dirty(class);
-        let outcome = if run_ok {
-            CopyOutcome::Copied
+        let protect = !write && ctx.tracks_dirty(class);
+        let state = if protect {
+            PageState::CleanZero
         } else {
-            self.install(p, ZERO_PAGE.0.as_ptr(), protect)
+            PageState::Dirty
         };
-        if outcome == CopyOutcome::Again {
+        let joins = |arrival| Joins::Admitted {
+            arrival,
+            class,
+            source: Source::ZeroFill,
+        };
+        let done = if run_ok {
+            self.joined(c, CopyOutcome::Copied, state, joins(Arrival::Fault))
+        } else {
+            self.install(
+                c,
+                ZERO_PAGE.0.as_ptr(),
+                protect,
+                state,
+                joins(Arrival::Fault),
+            )
+        };
+        if let Installed::Again(c) = done {
             // The mm is changing under an unread event: give everything back (the claims
             // restore states and charges) and retry once the event is read.
             drop(ahead);
             drop(c);
             return self.retry.push(ev);
         }
-        let admission = self.s.config.policy.admission(class, Source::ZeroFill);
-        let state = if protect {
-            PageState::CleanZero
-        } else {
-            PageState::Dirty
-        };
-        if self.finish_install(c, outcome, state) {
-            self.s.admit(p, admission, false);
-        }
-        for q in ahead.drain(..) {
-            let qp = q.page();
-            let o = if run_ok {
-                CopyOutcome::Copied
+        for q in ahead {
+            let j = joins(Arrival::Speculative);
+            let done = if run_ok {
+                self.joined(q, CopyOutcome::Copied, PageState::Dirty, j)
             } else {
-                self.install(qp, ZERO_PAGE.0.as_ptr(), false)
+                self.install(q, ZERO_PAGE.0.as_ptr(), false, PageState::Dirty, j)
             };
-            if self.finish_install(q, o, PageState::Dirty) {
-                self.s.admit(qp, admission, false);
+            if let Installed::Again(q) = done {
+                drop(q); // untouched again: a later touch fills it
             }
         }
-        self.s.table.note_peak();
+        self.p.budget.note_peak();
         self.count(class, FaultKind::Zero);
         self.record_latency(started, false);
     }
@@ -485,10 +506,10 @@ impl<'a> Handler<'a> {
     /// A remote page: claimed and charged now, read with the batch's other remote pages in
     /// one request (`flush_fetches`), so that faults arriving together share a round trip.
     fn remote_fault(&mut self, f: Fault) {
-        let Some(mut c) = self.s.table.claim(f.page, PageState::Remote) else {
+        let Some(mut c) = self.p.ctx.table.claim(f.page, PageState::Remote) else {
             return self.retry.push(f.ev);
         };
-        if !self.s.charge(&mut c) {
+        if !self.charge(&mut c) {
             return self.retry.push(f.ev); // claim dropped: state restored
         }
         self.fetches.push((c, f));
@@ -499,80 +520,72 @@ impl<'a> Handler<'a> {
         if self.fetches.is_empty() {
             return;
         }
+        let ctx: &'a Ctx = &self.p.ctx;
         let fetches = std::mem::take(&mut self.fetches);
         let ids: Vec<u64> = fetches.iter().map(|(_, f)| f.page as u64).collect();
-        self.fetch_buf.resize(ids.len() * PAGE_SIZE, 0);
-        if let Err(e) = self.s.store.read_pages(&ids, &mut self.fetch_buf) {
+        let mut buf = std::mem::take(&mut self.fetch_buf);
+        buf.resize(ids.len() * PAGE_SIZE, 0);
+        if let Err(e) = ctx.store.read_pages(&ids, &mut buf) {
             let p = ids[0] as usize;
-            self.s.die(&format!(
+            ctx.die(&format!(
                 "cannot fetch heap page {p} ({:#x}) from {}: {e}",
-                self.s.page_addr(p),
-                self.s.store.describe_page(ids[0])
+                ctx.page_addr(p),
+                ctx.store.describe_page(ids[0])
             ));
         }
         let mut served = Vec::with_capacity(fetches.len());
         for (i, (c, f)) in fetches.into_iter().enumerate() {
-            let p = f.page;
             // Map write-protected after a read so that the first write is seen.
-            let protect = !f.write && self.s.tracks_dirty(f.class);
-            let src = self.fetch_buf[i * PAGE_SIZE..].as_ptr();
-            let outcome = self.install(p, src, protect);
-            if outcome == CopyOutcome::Again {
-                drop(c);
-                self.retry.push(f.ev);
-                continue;
-            }
-            // Counted once the read is used: a retried fault reads again.
-            self.s.counters.pages_read.fetch_add(1, Ordering::Relaxed);
-            // Feeds the inactive list's sizing and the working-set count.
-            self.s
-                .reclaim
-                .refault(self.s.table.evicted_at(p), self.s.table.charged());
-            let admission = self.s.config.policy.admission(f.class, Source::Demand);
+            let protect = !f.write && ctx.tracks_dirty(f.class);
             let state = if protect {
                 PageState::Clean
             } else {
                 PageState::Dirty
             };
-            if self.finish_install(c, outcome, state) {
-                self.s.admit(p, admission, false);
+            let joins = Joins::Admitted {
+                arrival: Arrival::Refault,
+                class: f.class,
+                source: Source::Demand,
+            };
+            let src = buf[i * PAGE_SIZE..].as_ptr();
+            if let Installed::Again(c) = self.install(c, src, protect, state, joins) {
+                drop(c);
+                self.retry.push(f.ev);
+                continue;
             }
+            // Counted once the read is used: a retried fault reads again.
+            ctx.counters.pages_read.fetch_add(1, Ordering::Relaxed);
             self.count(f.class, FaultKind::Remote);
             self.record_latency(f.started, true);
             served.push(f);
         }
-        self.s.table.note_peak();
+        self.fetch_buf = buf;
+        self.p.budget.note_peak();
         // Wake the faulting threads before their windows are even queued.
         self.flush_wakes();
-        for f in served {
-            self.s.prefetch_after(f.tid, f.class, f.page, false);
+        if let Some(pf) = &self.p.prefetch {
+            for f in served {
+                pf.after_fault(f.tid, f.class, f.page, false);
+            }
         }
     }
 
     /// Claims (and charges) up to `fill_ahead` untouched pages after `p` for zero fill, as
     /// far as the budget has room without reclaiming (they are speculative).
     fn claim_ahead(&self, p: usize) -> Vec<Claim<'a>> {
+        let ctx = &*self.p.ctx;
         let mut out = Vec::new();
-        let addr = self.s.page_addr(p);
-        let span_end = self
-            .s
-            .spans
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|sp| sp.start <= addr && addr < sp.end)
-            .map_or(p + 1, |sp| (sp.end - self.s.base) / PAGE_SIZE);
-        for q in p + 1..(p + 1 + self.s.config.fill_ahead).min(span_end) {
-            let Some(mut c) = self.s.table.claim(q, PageState::Untouched) else {
+        let end = (p + 1 + ctx.config.fill_ahead).min(ctx.span_end(p));
+        for q in p + 1..end {
+            let Some(mut c) = ctx.table.claim(q, PageState::Untouched) else {
                 break;
             };
-            if !c.try_charge(self.s.config.budget_pages) {
+            if !self.p.budget.charge(&mut c, Charge::FillAhead) {
                 break; // dropped: untouched again
             }
             out.push(c);
         }
-        self.s
-            .counters
+        ctx.counters
             .zero_filled_ahead
             .fetch_add(out.len() as u64, Ordering::Relaxed);
         out
@@ -588,47 +601,35 @@ impl<'a> Handler<'a> {
             started,
             ..
         } = f;
-        let Some(c) = self.s.table.claim_if(p, PageState::is_inactive) else {
+        let ctx: &'a Ctx = &self.p.ctx;
+        let Some(c) = ctx.table.claim_if(p, PageState::is_inactive) else {
             return self.retry.push(ev);
         };
         let from = c.from();
-        let Some((slot, bytes)) = self.s.reclaim.take_slot(p) else {
-            self.s
-                .die(&format!("inactive heap page {p} has no local copy"));
+        let Some((slot, bytes)) = self.p.reclaim.take_slot(p) else {
+            ctx.die(&format!("inactive heap page {p} has no local copy"));
         };
         let clean = from == PageState::InactiveClean;
-        let protect = clean && !write && self.s.tracks_dirty(class);
-        let outcome = self.install(p, bytes, protect);
-        if outcome == CopyOutcome::Again {
-            self.s.reclaim.restore_slot(p, slot);
-            drop(c);
-            return self.retry.push(ev);
-        }
-        let state = match (protect, self.s.table.is_stored(p)) {
+        let protect = clean && !write && ctx.tracks_dirty(class);
+        let state = match (protect, ctx.table.is_stored(p)) {
             (false, _) => PageState::Dirty,
             (true, true) => PageState::Clean,
             (true, false) => PageState::CleanZero,
         };
         // A page in write-back keeps its slot until the write is done: the reclaimer frees it.
-        let freed = (from != PageState::Writeback).then_some(slot);
-        if freed.is_none() {
-            self.s
-                .reclaim
-                .counters
-                .reactivated_in_writeback
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        self.s.reclaim.reactivated(p, freed);
-        let admission = self.s.config.policy.admission(class, Source::Demand);
-        if self.s.config.policy.promotes(class) && self.s.reclaim.promote(p) {
-            self.s.counters.promoted.fetch_add(1, Ordering::Relaxed);
-        }
-        if self.finish_install(c, outcome, state) {
-            self.s.admit(p, admission, true);
+        let joins = Joins::Reactivated {
+            slot,
+            in_writeback: from == PageState::Writeback,
+            class,
+        };
+        if let Installed::Again(c) = self.install(c, bytes, protect, state, joins) {
+            self.p.reclaim.restore_slot(p, slot);
+            drop(c);
+            return self.retry.push(ev);
         }
         self.count(class, FaultKind::Reactivate);
         let ns = self.record_latency(started, false);
-        self.s.reclaim.sizer().costs.local_service(ns);
+        self.p.reclaim.sizer().costs.local_service(ns);
     }
 
     /// A fault on a prefetched marker: served from the local copy, counted as a hit of its
@@ -642,69 +643,76 @@ impl<'a> Handler<'a> {
             class,
             started,
         } = f;
-        let Some(c) = self.s.table.claim(p, PageState::Cached) else {
+        let ctx: &'a Ctx = &self.p.ctx;
+        let parts: &'a Parts = self.p;
+        let Some(pf) = parts.prefetch.as_deref() else {
+            ctx.die(&format!(
+                "heap page {p} is a prefetch marker without prefetching"
+            ));
+        };
+        let Some(c) = ctx.table.claim(p, PageState::Cached) else {
             return self.retry.push(ev);
         };
-        let prefetch = self.s.prefetch.as_ref();
-        let Some(marker) = prefetch.and_then(|pf| pf.take_marker(p)) else {
-            self.s
-                .die(&format!("prefetch marker for heap page {p} is missing"));
+        let Some(marker) = pf.take_marker(p) else {
+            ctx.die(&format!("prefetch marker for heap page {p} is missing"));
         };
-        let protect = !write && self.s.tracks_dirty(class);
-        let outcome = self.install(p, marker.data.as_ptr(), protect);
-        if outcome == CopyOutcome::Again {
-            self.s.prefetch.as_ref().unwrap().put_back_marker(p, marker);
-            drop(c);
-            return self.retry.push(ev);
-        }
-        let admission = self.s.config.policy.admission(class, Source::Demand);
+        let protect = !write && ctx.tracks_dirty(class);
         let state = if protect {
             PageState::Clean
         } else {
             PageState::Dirty
         };
-        if self.finish_install(c, outcome, state) {
-            self.s.admit(p, admission, true);
+        let joins = Joins::Admitted {
+            arrival: Arrival::Fault,
+            class,
+            source: Source::Demand,
+        };
+        if let Installed::Again(c) = self.install(c, marker.data.as_ptr(), protect, state, joins) {
+            pf.put_back_marker(p, marker);
+            drop(c);
+            return self.retry.push(ev);
         }
-        self.s.prefetch.as_ref().unwrap().credit_hit(&marker);
+        pf.credit_hit(&marker);
         self.count(class, FaultKind::Hit);
         self.record_latency(started, false);
         self.flush_wakes();
-        self.s.prefetch_after(tid, class, p, true);
+        pf.after_fault(tid, class, p, true);
     }
 
     fn write_fault(&mut self, f: Fault) {
         let Fault {
             ev, page: p, class, ..
         } = f;
-        let s = self.s.table.get(p);
+        let ctx = &*self.p.ctx;
+        let s = ctx.table.get(p);
         match s {
             PageState::Clean | PageState::CleanZero | PageState::Dirty => {
-                let Some(c) = self.s.table.claim(p, s) else {
+                let Some(c) = ctx.table.claim(p, s) else {
                     return self.retry.push(ev);
                 };
-                // Promote before the unprotect wakes the writer.
-                if self.s.reclaim.is_cold(p)
-                    && self.s.config.policy.promotes(class)
-                    && self.s.reclaim.promote(p)
-                {
-                    self.s.counters.promoted.fetch_add(1, Ordering::Relaxed);
-                }
-                let a = self.s.page_addr(p);
-                match self.s.uffd.write_protect(a, PAGE_SIZE, false, true) {
+                let a = ctx.page_addr(p);
+                match ctx.uffd.write_protect(a, PAGE_SIZE, false, true) {
                     Ok(true) => {}
                     Ok(false) => {
                         drop(c);
                         return self.retry.push(ev);
                     }
-                    Err(e) => self
-                        .s
-                        .die(&format!("cannot unprotect heap page {p} at {a:#x}: {e}")),
+                    Err(e) => ctx.die(&format!("cannot unprotect heap page {p} at {a:#x}: {e}")),
+                }
+                // A write is a reference the lists see without unmapping the page; under
+                // `memliner` a GC thread's write does not make a cold page hot.
+                if s != PageState::Dirty
+                    && ctx.config.policy.references(class)
+                    && self
+                        .p
+                        .reclaim
+                        .referenced(p, ctx.config.policy.promotes(class))
+                {
+                    ctx.counters.promoted.fetch_add(1, Ordering::Relaxed);
                 }
                 c.finish(PageState::Dirty);
-                self.s.reclaim.set_referenced(p);
                 if s != PageState::Dirty {
-                    self.s.config.policy.note_written(class);
+                    ctx.config.policy.note_written(class);
                 }
                 self.count(
                     class,
@@ -719,7 +727,7 @@ impl<'a> Handler<'a> {
             _ => {
                 // Deactivated or evicted while the writer waited: wake it; it re-faults as
                 // MISSING.
-                self.wakes.push(self.s.page_addr(p));
+                self.wakes.push(p);
                 self.count(class, FaultKind::Stale);
             }
         }

@@ -283,10 +283,6 @@ pub(super) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> std::io::Result
     Ok(rc as usize)
 }
 
-/// Private anonymous memory owned by the pager (not registered with userfaultfd): the
-/// reclaimer's slots.
-pub(super) use swap_backend::memory::AnonMemory;
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! a page is claimed by a compare-and-swap to `Busy`, and the claim, when finished or dropped,
 //! writes the next state, the residency byte and the budget charge in one place.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 /// What the pager knows of one heap page.
 #[repr(u8)]
@@ -85,9 +85,6 @@ pub struct PageTable {
     /// Pages charged against the budget, claimed ones included once charged.
     charged: AtomicUsize,
     peak: AtomicUsize,
-    /// Per page: the reclaimer's eviction clock when it was last evicted (for refault
-    /// distances), 0 = never.
-    evicted_at: Box<[AtomicU32]>,
 }
 
 impl std::fmt::Debug for PageTable {
@@ -109,7 +106,6 @@ impl PageTable {
             stored: (0..npages).map(|_| AtomicBool::new(false)).collect(),
             charged: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
-            evicted_at: (0..npages).map(|_| AtomicU32::new(0)).collect(),
         }
     }
 
@@ -172,14 +168,6 @@ impl PageTable {
         self.residency.as_ptr().cast()
     }
 
-    pub fn set_evicted_at(&self, p: usize, clock: u32) {
-        self.evicted_at[p].store(clock.max(1), Ordering::Relaxed);
-    }
-
-    pub fn evicted_at(&self, p: usize) -> u32 {
-        self.evicted_at[p].load(Ordering::Relaxed)
-    }
-
     /// Adopts an untouched page the kernel already backs (touched before registration):
     /// charged, dirty (the store has no copy).
     pub fn adopt(&self, p: usize) -> bool {
@@ -227,7 +215,8 @@ impl Claim<'_> {
     /// Charges the page against the budget now, before its bytes arrive (so that the
     /// budget holds while pages are in flight), if fewer than `limit` pages are charged.
     /// Check and charge are one atomic step: concurrent chargers never overrun `limit`.
-    pub fn try_charge(&mut self, limit: usize) -> bool {
+    /// Only `budget` calls this: it knows each purpose's limit.
+    pub(super) fn try_charge(&mut self, limit: usize) -> bool {
         if !self.charged {
             self.charged = self
                 .table

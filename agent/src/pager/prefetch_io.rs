@@ -15,15 +15,17 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crossbeam_deque::{Injector, Steal, Worker};
 use swap_backend::PAGE_SIZE;
 
+use super::budget::{Budget, Charge};
+use super::context::Ctx;
 use super::page_table::PageState;
-use super::{PagerConfig, Shared};
+use super::reclaim::{Arrival, Reclaimer};
 use crate::model::ThreadClass;
-use crate::policy::Source;
+use crate::policy::{Admission, Source};
 use crate::prefetch::{PrefetchCounters, StreamKey, Streams};
 use crate::uffd::CopyOutcome;
 
@@ -51,7 +53,10 @@ struct Markers {
     order: VecDeque<u32>,
 }
 
-pub(super) struct Prefetch {
+pub(super) struct Prefetcher {
+    ctx: Arc<Ctx>,
+    budget: Arc<Budget>,
+    reclaim: Arc<Reclaimer>,
     streams: Mutex<Streams>,
     jobs: Injector<Job>,
     /// Pages queued or being fetched.
@@ -67,12 +72,13 @@ pub(super) struct Prefetch {
     workers: OnceLock<Vec<std::thread::Thread>>,
 }
 
-impl Prefetch {
-    pub fn new(config: &PagerConfig) -> Self {
+impl Prefetcher {
+    pub fn new(ctx: Arc<Ctx>, budget: Arc<Budget>, reclaim: Arc<Reclaimer>) -> Self {
+        let config = &ctx.config;
         // Prefetched pages displace resident ones: a window, and all windows in flight
         // together, stay small next to the budget.
         let depth = config.prefetch_depth.min(config.budget_pages / 8).max(1);
-        Prefetch {
+        Prefetcher {
             streams: Mutex::new(Streams::new(depth)),
             jobs: Injector::new(),
             max_inflight: (depth * 4 * config.prefetch_workers.max(1))
@@ -86,6 +92,9 @@ impl Prefetch {
             max_markers: (config.budget_pages / 32).clamp(8, 256),
             counters: PrefetchCounters::default(),
             workers: OnceLock::new(),
+            ctx,
+            budget,
+            reclaim,
         }
     }
 
@@ -115,27 +124,25 @@ impl Prefetch {
         c.marker_hits.fetch_add(1, Ordering::Relaxed);
         c.hit_pages.fetch_add(m.window as u64, Ordering::Relaxed);
     }
-}
 
-impl Shared {
     /// Trains the stream of a remote fault (or marker hit, `hit`) at page `p` by thread `tid`
     /// and queues the window it asks for.
-    pub(super) fn prefetch_after(&self, tid: u32, class: ThreadClass, p: usize, hit: bool) {
-        let Some(pf) = &self.prefetch else { return };
-        let Some(key) = self.config.policy.stream(tid, class) else {
+    pub fn after_fault(&self, tid: u32, class: ThreadClass, p: usize, hit: bool) {
+        let pf = self;
+        let Some(key) = self.ctx.config.policy.stream(tid, class) else {
             return;
         };
         let window = {
             let mut streams = pf.streams.lock().unwrap();
             if hit {
-                streams.on_hit(key, p as u64, self.npages as u64)
+                streams.on_hit(key, p as u64, self.ctx.npages as u64)
             } else {
-                streams.on_demand(key, p as u64, self.npages as u64)
+                streams.on_demand(key, p as u64, self.ctx.npages as u64)
             }
         };
         let pages: Vec<u32> = window
             .into_iter()
-            .filter(|&q| self.table.get(q as usize) == PageState::Remote)
+            .filter(|&q| self.ctx.table.get(q as usize) == PageState::Remote)
             .map(|q| q as u32)
             .collect();
         if pages.is_empty() {
@@ -144,9 +151,9 @@ impl Shared {
         let c = &pf.counters.by_class[class as usize];
         // Prefetch backs off while the reserve is low: the free pages are the demand
         // faults'.
-        if self.free_pages() < self.reclaim.low + pages.len() {
+        if !self.budget.has_room_for(pages.len()) {
             c.dropped_low_reserve.fetch_add(1, Ordering::Relaxed);
-            self.reclaim.wake();
+            self.budget.wake_reclaimer();
             return;
         }
         let n = pages.len();
@@ -172,14 +179,14 @@ impl Shared {
     /// fault would, reclaiming (cold pages first) when the budget is full. (Fetching only into
     /// the free pages above the low watermark dropped 70% of the hints on the graph workload.)
     /// `pages` are heap page numbers (`Pager::hint` converts and bounds the addresses).
-    pub(super) fn prefetch_hint(&self, pages: &mut Vec<u32>) {
-        let Some(pf) = &self.prefetch else { return };
+    pub fn hint(&self, pages: &mut Vec<u32>) {
+        let pf = self;
         let h = &pf.counters.hints;
         h.requests.fetch_add(1, Ordering::Relaxed);
         h.pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
         pages.sort_unstable();
         pages.dedup();
-        pages.retain(|&q| self.table.get(q as usize) == PageState::Remote);
+        pages.retain(|&q| self.ctx.table.get(q as usize) == PageState::Remote);
         if pages.is_empty() {
             return;
         }
@@ -197,7 +204,7 @@ impl Shared {
         }
         // In windows, each fetched and mapped as a unit: a fault on a page of a window waits
         // for that window only, not for the whole hint.
-        for w in pages.chunks(self.config.prefetch_depth.max(1)) {
+        for w in pages.chunks(self.ctx.config.prefetch_depth.max(1)) {
             pf.jobs.push(Job {
                 pages: w.to_vec(),
                 stream: None,
@@ -209,16 +216,13 @@ impl Shared {
     }
 
     /// A prefetch worker: fetches queued windows until the pager stops.
-    pub(super) fn prefetch_worker(&self) {
-        let pf = self
-            .prefetch
-            .as_ref()
-            .expect("workers run only with prefetch");
+    pub fn worker(&self) {
+        let pf = self;
         swap_backend::set_thread_lane(swap_backend::Lane::Prefetch);
         let local = Worker::new_fifo();
         let mut buf = Vec::new();
         loop {
-            if self.stop.load(Ordering::SeqCst) {
+            if self.ctx.stop.load(Ordering::SeqCst) {
                 return;
             }
             let job = local.pop().or_else(|| loop {
@@ -246,26 +250,29 @@ impl Shared {
     }
 
     fn fetch_window(&self, job: Job, buf: &mut Vec<u8>) {
-        let pf = self.prefetch.as_ref().unwrap();
+        let pf = self;
+        let ctx = &*self.ctx;
         // In stream order; charged now, so that the budget holds while they are in flight.
         let mut claims: Vec<_> = job
             .pages
             .iter()
-            .filter_map(|&p| self.table.claim(p as usize, PageState::Remote))
+            .filter_map(|&p| ctx.table.claim(p as usize, PageState::Remote))
             .collect();
         if claims.is_empty() {
             return;
         }
         // Prefetched pages never take the reserve that demand faults are served from; a hint
         // is charged like the demand fault it replaces (reclaiming when the budget is full).
-        let limit = self.config.budget_pages.saturating_sub(self.reclaim.low);
         let mut charged = 0;
         for c in claims.iter_mut() {
             // A hint: the worker does the reclaim (cold pages first) the collector's own
             // fault would have done.
             let ok = match job.stream {
-                Some(_) => c.try_charge(limit),
-                None => self.charge_off_fault_path(c),
+                Some(_) => self.budget.charge(c, Charge::Prefetch),
+                None => {
+                    self.budget.charge(c, Charge::Demand)
+                        || (self.reclaim.direct(false) && self.budget.charge(c, Charge::Demand))
+                }
             };
             if !ok {
                 break;
@@ -275,7 +282,7 @@ impl Shared {
         if charged < claims.len() {
             // Faults took the reserve meanwhile: give the pages back (dropping the claims
             // restores them and their charges). A hint keeps the pages that fit.
-            self.reclaim.wake();
+            self.budget.wake_reclaimer();
             let hint = job.stream.is_none();
             if hint {
                 pf.counters
@@ -298,23 +305,24 @@ impl Shared {
         let pages: Vec<usize> = claims.iter().map(|c| c.page()).collect();
         let ids: Vec<u64> = pages.iter().map(|&p| p as u64).collect();
         buf.resize(pages.len() * PAGE_SIZE, 0);
-        if let Err(e) = self.store.read_pages(&ids, buf) {
-            self.die(&format!(
+        if let Err(e) = ctx.store.read_pages(&ids, buf) {
+            ctx.die(&format!(
                 "cannot prefetch {} heap pages starting at page {} ({:#x}) from {}: {e}",
                 ids.len(),
                 ids[0],
-                self.page_addr(pages[0]),
-                self.store.describe_page(ids[0])
+                ctx.page_addr(pages[0]),
+                ctx.store.describe_page(ids[0])
             ));
         }
-        self.counters
+        ctx.counters
             .pages_read
             .fetch_add(ids.len() as u64, Ordering::Relaxed);
-        self.counters
+        ctx.counters
             .pages_prefetched
             .fetch_add(ids.len() as u64, Ordering::Relaxed);
-        let admission = self.config.policy.admission(job.class, Source::Prefetch);
-        let protect = self.tracks_dirty(job.class);
+        let admission = ctx.config.policy.admission(job.class, Source::Prefetch);
+        let cold = admission == Admission::Cold;
+        let protect = ctx.tracks_dirty(job.class);
         let state = if protect {
             PageState::Clean
         } else {
@@ -356,9 +364,9 @@ impl Shared {
                 };
                 match o {
                     CopyOutcome::Copied | CopyOutcome::Exists => {
+                        // On probation, not active: a guess never pushes out proven pages.
+                        self.reclaim.admit(p, Arrival::Prefetched, cold, false);
                         c.finish(state);
-                        // Not referenced yet: a prefetched page earns its second chance.
-                        self.admit(p, admission, false);
                         mapped += 1;
                     }
                     // The mm is changing (an unread event): the store's copy is current, and
@@ -379,7 +387,7 @@ impl Shared {
                 .fetch_add(mapped as u64, Ordering::Relaxed);
             c.pages.fetch_add(mapped as u64, Ordering::Relaxed);
             self.note_tracked_pages(protect, job.class, mapped);
-            self.table.note_peak();
+            self.budget.note_peak();
             return;
         };
         let (mi, mc) = marker_claim.expect("the marker is one of the claimed pages");
@@ -402,7 +410,7 @@ impl Shared {
                 let Some(old) = m.order.pop_front() else {
                     break;
                 };
-                if let Some(c) = self.table.claim(old as usize, PageState::Cached) {
+                if let Some(c) = ctx.table.claim(old as usize, PageState::Cached) {
                     if let Some(mk) = m.map.remove(&old) {
                         out.push((c, mk.stream, mk.class));
                     }
@@ -422,7 +430,7 @@ impl Shared {
         self.note_tracked_pages(protect, job.class, mapped);
         c.windows.fetch_add(1, Ordering::Relaxed);
         c.pages.fetch_add((mapped + 1) as u64, Ordering::Relaxed);
-        self.table.note_peak();
+        self.budget.note_peak();
     }
 
     /// `tracks_dirty` counted one page of a window that mapped `mapped` pages write-protected
@@ -430,7 +438,7 @@ impl Shared {
     fn note_tracked_pages(&self, protect: bool, class: ThreadClass, mapped: usize) {
         if protect {
             for _ in 1..mapped {
-                self.config.policy.note_tracked(class);
+                self.ctx.config.policy.note_tracked(class);
             }
         }
     }
@@ -438,35 +446,22 @@ impl Shared {
     /// Maps a run of prefetched pages from `data` in one ioctl; `false` if it did not map
     /// them all (the caller then maps page by page).
     fn map_prefetched(&self, first: usize, data: &[u8], protect: bool) -> bool {
-        // SAFETY: `data` holds whole pages; the pages from `first` on are registered (they
-        // were Remote) and claimed by this worker, so nobody else maps them.
+        // SAFETY: `data` holds whole pages, not written meanwhile; the pages from `first` on
+        // are registered (they were Remote) and claimed by this worker.
         let r = unsafe {
-            self.uffd.copy(
-                self.page_addr(first),
-                data.as_ptr(),
-                data.len(),
-                protect,
-                false,
-            )
+            self.ctx
+                .map(first, data.as_ptr(), data.len() / PAGE_SIZE, protect)
         };
-        matches!(r, Ok(CopyOutcome::Copied))
+        r == CopyOutcome::Copied
     }
 
     fn map_prefetched_one(&self, p: usize, data: &[u8], protect: bool) -> CopyOutcome {
         // SAFETY: as in map_prefetched, for one page.
-        match unsafe {
-            self.uffd
-                .copy(self.page_addr(p), data.as_ptr(), PAGE_SIZE, protect, false)
-        } {
-            Ok(o) => o,
-            Err(_) => CopyOutcome::Gone,
-        }
+        unsafe { self.ctx.map(p, data.as_ptr(), 1, protect) }
     }
 
     /// Forgets the marker copy of page `p` (the caller has moved it out of `Cached`).
-    pub(super) fn drop_marker_data(&self, p: usize) {
-        if let Some(pf) = &self.prefetch {
-            pf.markers.lock().unwrap().map.remove(&(p as u32));
-        }
+    pub fn drop_marker(&self, p: usize) {
+        self.markers.lock().unwrap().map.remove(&(p as u32));
     }
 }

@@ -18,112 +18,129 @@ use std::time::{Duration, Instant};
 
 use swap_backend::PAGE_SIZE;
 
+use super::context::Ctx;
+use super::os;
 use super::page_table::PageState;
-use super::{os, Shared};
+use super::parts::Parts;
 
 /// Pages looked at, from a pseudo-random start, to find two remote ones.
 const SCAN: usize = 256;
 
-impl Shared {
-    pub(super) fn probe(&self, every: Duration) {
-        self.probe_tid
-            .store(swap_backend::cpu::gettid(), Ordering::Relaxed);
-        let own_page = if self.by_signal {
-            match self.probe_page() {
-                Ok(p) => Some(p),
-                Err(_) => return, // no probe rather than no pager
-            }
-        } else {
-            None
+/// The probe thread: every `every`, times a remote fault as a faulting thread sees it.
+pub(super) fn run(parts: &Parts, every: Duration) {
+    let ctx = &*parts.ctx;
+    ctx.probe_tid
+        .store(swap_backend::cpu::gettid(), Ordering::Relaxed);
+    let own_page = if ctx.by_signal {
+        match probe_page(parts) {
+            Ok(p) => Some(p),
+            Err(_) => return, // no probe rather than no pager
+        }
+    } else {
+        None
+    };
+    let slot = ctx.latencies.len() - 1;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    loop {
+        std::thread::park_timeout(every);
+        if ctx.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let start = (seed as usize) % ctx.npages.max(1);
+        let mut remote = (0..SCAN.min(ctx.npages))
+            .map(|k| (start + k) % ctx.npages)
+            .filter(|&p| ctx.table.get(p) == PageState::Remote);
+        let (Some(warm_up), Some(p)) = (remote.next(), remote.next()) else {
+            continue;
         };
-        let slot = self.latencies.len() - 1;
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        loop {
-            std::thread::park_timeout(every);
-            if self.stop.load(Ordering::SeqCst) {
-                return;
+        let sample = match own_page {
+            Some(page) => {
+                load_own_page(ctx, page, warm_up);
+                load_own_page(ctx, page, p)
             }
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let start = (seed as usize) % self.npages.max(1);
-            let mut remote = (0..SCAN.min(self.npages))
-                .map(|k| (start + k) % self.npages)
-                .filter(|&p| self.table.get(p) == PageState::Remote);
-            let (Some(warm_up), Some(p)) = (remote.next(), remote.next()) else {
-                continue;
-            };
-            let sample = match own_page {
-                Some(page) => {
-                    self.load_own_page(page, warm_up);
-                    self.load_own_page(page, p)
-                }
-                None => {
-                    self.read_byte(warm_up);
-                    self.read_byte(p)
-                }
-            };
-            if let Some(ns) = sample {
-                self.reclaim.sizer().costs.thread_remote(ns);
-                let _ = self.latencies[slot]
+            None => {
+                read_byte(ctx, warm_up);
+                read_byte(ctx, p)
+            }
+        };
+        if let Some(ns) = sample {
+            parts.reclaim.sizer().costs.thread_remote(ns);
+            let _ = ctx.latencies[slot]
+                .lock()
+                .unwrap()
+                .thread_remote
+                .record(ns.max(1));
+        }
+        // A local fault the same way (its page is served from memory, as a reactivation is):
+        // what a sampled page that comes back costs its thread.
+        if let Some(page) = own_page {
+            if let Some(ns) = load_own_page(ctx, page, LOCAL) {
+                parts.reclaim.sizer().costs.thread_local(ns);
+                let _ = ctx.latencies[slot]
                     .lock()
                     .unwrap()
-                    .thread_remote
+                    .thread_local
                     .record(ns.max(1));
             }
         }
     }
+}
 
-    /// Reads one byte of heap page `p`; how long it took (ns), `None` if it failed.
-    fn read_byte(&self, p: usize) -> Option<u64> {
-        let mut byte = 0u8;
-        let local = libc::iovec {
-            iov_base: (&mut byte as *mut u8).cast(),
-            iov_len: 1,
-        };
-        let remote = libc::iovec {
-            iov_base: self.page_addr(p) as *mut _,
-            iov_len: 1,
-        };
-        let t = Instant::now();
-        // SAFETY: reads one byte of our own heap into a local; the kernel checks the address
-        // (an unmapped page fails with EFAULT) and a missing page is served by the handlers
-        // like any fault.
-        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-        (n == 1).then(|| t.elapsed().as_nanos() as u64)
-    }
+/// `probe_source` naming no heap page: the probe's page is served from memory.
+const LOCAL: usize = usize::MAX;
 
-    /// Maps and registers the probe's own page (`faults=signal`); SIGBUS is unblocked on
-    /// this thread for it.
-    fn probe_page(&self) -> std::io::Result<usize> {
-        let page = os::private_page()?;
-        os::unblock_sigbus();
-        self.uffd.register(page, PAGE_SIZE)?;
-        super::signal::set_probe_page(self, page);
-        Ok(page)
-    }
+/// Reads one byte of heap page `p`; how long it took (ns), `None` if it failed.
+fn read_byte(ctx: &Ctx, p: usize) -> Option<u64> {
+    let mut byte = 0u8;
+    let local = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let remote = libc::iovec {
+        iov_base: ctx.page_addr(p) as *mut _,
+        iov_len: 1,
+    };
+    let t = Instant::now();
+    // SAFETY: reads one byte of our own heap into a local; the kernel checks the address
+    // (an unmapped page fails with EFAULT) and a missing page is served by the handlers
+    // like any fault.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n == 1).then(|| t.elapsed().as_nanos() as u64)
+}
 
-    /// Loads from the probe's page, which faults in heap page `p`'s stored copy; how long
-    /// the load took (ns). The page is dropped again afterwards.
-    fn load_own_page(&self, page: usize, p: usize) -> Option<u64> {
-        self.probe_source.store(p, Ordering::SeqCst);
-        let t = Instant::now();
-        // SAFETY: `page` is our own mapped page; a missing page raises SIGBUS, which maps it.
-        unsafe { std::ptr::read_volatile(page as *const u8) };
-        let ns = t.elapsed().as_nanos() as u64;
-        os::discard(page, PAGE_SIZE); // the next load faults again
-        Some(ns)
-    }
+/// Maps and registers the probe's own page (`faults=signal`); SIGBUS is unblocked on
+/// this thread for it.
+fn probe_page(parts: &Parts) -> std::io::Result<usize> {
+    let page = os::private_page()?;
+    os::unblock_sigbus();
+    parts.ctx.uffd.register(page, PAGE_SIZE)?;
+    super::signal::set_probe_page(parts, page);
+    Ok(page)
+}
 
-    /// The probe page's fault (in the probe thread's SIGBUS handler): the stored copy of
-    /// the heap page the probe named, or zeros if the store has none.
-    pub(super) fn serve_probe(&self, page: usize) {
-        let mut buf = [0u8; PAGE_SIZE];
-        let p = self.probe_source.load(Ordering::SeqCst) as u64;
-        if self.store.read_pages(&[p], &mut buf).is_err() {
-            buf.fill(0);
-        }
-        // SAFETY: buf is a full page; `page` is the probe's registered page, missing.
-        let _ = unsafe { self.uffd.copy(page, buf.as_ptr(), PAGE_SIZE, false, false) };
+/// Loads from the probe's page, which faults in heap page `p`'s stored copy; how long
+/// the load took (ns). The page is dropped again afterwards.
+fn load_own_page(ctx: &Ctx, page: usize, p: usize) -> Option<u64> {
+    ctx.probe_source.store(p, Ordering::SeqCst);
+    let t = Instant::now();
+    // SAFETY: `page` is our own mapped page; a missing page raises SIGBUS, which maps it.
+    unsafe { std::ptr::read_volatile(page as *const u8) };
+    let ns = t.elapsed().as_nanos() as u64;
+    os::discard(page, PAGE_SIZE); // the next load faults again
+    Some(ns)
+}
+
+/// The probe page's fault (in the probe thread's SIGBUS handler): the stored copy of
+/// the heap page the probe named, or zeros if the store has none (or it named none).
+pub(super) fn serve_probe(ctx: &Ctx, page: usize) {
+    let mut buf = [0u8; PAGE_SIZE];
+    let p = ctx.probe_source.load(Ordering::SeqCst);
+    if p != LOCAL && ctx.store.read_pages(&[p as u64], &mut buf).is_err() {
+        buf.fill(0);
     }
+    // SAFETY: buf is a full page; `page` is the probe's registered page, missing.
+    let _ = unsafe { ctx.uffd.copy(page, buf.as_ptr(), PAGE_SIZE, false, false) };
 }

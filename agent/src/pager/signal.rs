@@ -32,7 +32,7 @@ use std::time::Instant;
 use swap_backend::PAGE_SIZE;
 
 use super::fault::Handler;
-use super::Shared;
+use super::parts::Parts;
 
 /// Pagers that serve their faults by signal (one per JVM; tests run several at once).
 const SLOTS: usize = 16;
@@ -40,7 +40,7 @@ const SLOTS: usize = 16;
 struct Slot {
     base: AtomicUsize,
     end: AtomicUsize,
-    shared: AtomicPtr<Shared>,
+    shared: AtomicPtr<Parts>,
     /// The latency probe's own page (see `probe`), 0 if none.
     probe: AtomicUsize,
     /// Signal handlers using `shared` right now (unregistering waits for them).
@@ -134,23 +134,24 @@ fn kernel_handler(sig: libc::c_int) -> Option<usize> {
 }
 
 /// Makes `shared`'s region served by signal. The pointer stays valid until `unregister`.
-pub(super) fn register(shared: &Shared) -> std::io::Result<()> {
+pub(super) fn register(shared: &Parts) -> std::io::Result<()> {
     let _g = REGISTERING.lock().unwrap();
     let free = REGISTRY
         .iter()
         .find(|s| s.shared.load(Ordering::SeqCst).is_null())
         .ok_or_else(|| std::io::Error::other("too many pagers in one process"))?;
-    free.base.store(shared.base, Ordering::SeqCst);
+    let ctx = &shared.ctx;
+    free.base.store(ctx.base, Ordering::SeqCst);
     free.end
-        .store(shared.base + shared.npages * PAGE_SIZE, Ordering::SeqCst);
+        .store(ctx.base + ctx.npages * PAGE_SIZE, Ordering::SeqCst);
     free.shared
-        .store(shared as *const Shared as *mut Shared, Ordering::SeqCst);
+        .store(shared as *const Parts as *mut Parts, Ordering::SeqCst);
     Ok(())
 }
 
 /// Names `page` (registered with `shared`'s userfaultfd) as its latency probe's page.
-pub(super) fn set_probe_page(shared: &Shared, page: usize) {
-    let me = shared as *const Shared as *mut Shared;
+pub(super) fn set_probe_page(shared: &Parts, page: usize) {
+    let me = shared as *const Parts as *mut Parts;
     for s in &REGISTRY {
         if s.shared.load(Ordering::SeqCst) == me {
             s.probe.store(page, Ordering::SeqCst);
@@ -159,9 +160,9 @@ pub(super) fn set_probe_page(shared: &Shared, page: usize) {
 }
 
 /// Removes `shared` and waits until no signal handler uses it.
-pub(super) fn unregister(shared: &Shared) {
+pub(super) fn unregister(shared: &Parts) {
     let _g = REGISTERING.lock().unwrap();
-    let me = shared as *const Shared as *mut Shared;
+    let me = shared as *const Parts as *mut Parts;
     for s in &REGISTRY {
         if s.shared.load(Ordering::SeqCst) == me {
             s.shared.store(std::ptr::null_mut(), Ordering::SeqCst);
@@ -210,11 +211,11 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
             // SAFETY: `unregister` waits for `active` to drop before the pager goes away.
             let shared = unsafe { &*shared };
             if probe {
-                shared.serve_probe(addr & !(PAGE_SIZE - 1));
+                super::probe::serve_probe(&shared.ctx, addr & !(PAGE_SIZE - 1));
                 s.active.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
-            if addr >= shared.base && addr < shared.base + shared.npages * PAGE_SIZE {
+            if shared.ctx.page_of(addr).is_some() {
                 let (write, present) = access(uc);
                 serve(shared, addr, write, present);
                 s.active.fetch_sub(1, Ordering::SeqCst);
@@ -227,11 +228,11 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
 }
 
 /// Serves one fault on this thread; returning retries the access.
-fn serve(shared: &Shared, addr: usize, write: bool, present: bool) {
+fn serve(shared: &Parts, addr: usize, write: bool, present: bool) {
     // SAFETY: __errno_location returns this thread's errno slot.
     let errno = unsafe { *libc::__errno_location() };
     if SERVING.with(|s| s.replace(true)) {
-        shared.die(&format!(
+        shared.ctx.die(&format!(
             "a heap access at {addr:#x} faulted while this thread was serving a fault"
         ));
     }
@@ -247,12 +248,14 @@ fn serve(shared: &Shared, addr: usize, write: bool, present: bool) {
             .map(|s| s.to_string())
             .or_else(|| p.downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        shared.die(&format!(
+        shared.ctx.die(&format!(
             "serving the fault at {addr:#x} on thread {} crashed: {why}",
             swap_backend::cpu::gettid()
         ))
     });
-    shared.note_signal_fault(started.elapsed().as_nanos() as u64);
+    shared
+        .ctx
+        .note_signal_fault(started.elapsed().as_nanos() as u64);
     SERVING.with(|s| s.set(false));
     if retry {
         // Another thread has the page in flight, or an unread event changes the mm (the

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::ThreadClass;
 
 /// Version of the document's layout; bumped when a field changes meaning.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,6 +105,9 @@ pub struct PagerDoc {
     /// remote, so that their reuse zero-fills locally.
     #[serde(default)]
     pub released: ReleasedDoc,
+    /// Pages dropped as dead at the end of collections, read from a stock JDK's heap layout
+    /// (free regions, the space above each region's or space's top).
+    pub dead: DeadDoc,
     pub unmap_events: u64,
     /// Reclaim passes that found every charged page in flight.
     pub reclaim_found_all_in_flight: u64,
@@ -132,6 +135,43 @@ pub struct ReleasedDoc {
     pub pages: u64,
     /// Of those, pages only the store held: fetches of garbage saved.
     pub remote: u64,
+}
+
+/// Dead heap space dropped after collections (`dead=drop`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadDoc {
+    /// Whether the collector's layout could be read (`false`: `why_not` says why).
+    pub on: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<String>,
+    /// Collections after which dead space was dropped.
+    pub collections: u64,
+    /// Time spent dropping it, inside those pauses.
+    pub pause_ms: f64,
+    pub free_region: DeadReasonDoc,
+    pub above_top: DeadReasonDoc,
+}
+
+impl DeadDoc {
+    pub fn pages(&self) -> u64 {
+        self.free_region.pages + self.above_top.pages
+    }
+
+    pub fn remote(&self) -> u64 {
+        self.free_region.remote + self.above_top.remote
+    }
+}
+
+/// Pages dropped for one reason.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadReasonDoc {
+    pub pages: u64,
+    /// Of those, pages only the store held: fetches of dead bytes saved.
+    pub remote: u64,
+    /// Of those, pages that were mapped: budget given back at once.
+    pub mapped: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -165,6 +205,8 @@ pub struct LatencyDoc {
     pub remote: Percentiles,
     /// Remote faults as the faulting thread sees them (the probe).
     pub thread_remote: Percentiles,
+    /// Local faults as the faulting thread sees them (the probe, `faults=signal`).
+    pub thread_local: Percentiles,
 }
 
 /// A latency histogram's summary; the percentiles are absent when nothing was recorded.
@@ -180,24 +222,65 @@ pub struct Percentiles {
     pub max_us: Option<f64>,
 }
 
+/// The reclaimer: what sampling cost (local reactivation faults) and found, where refaults
+/// came from, and the lists over the run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReclaimDoc {
-    /// `fifo` or `clock`.
+    /// `lru` or `fifo`.
     pub mode: String,
     pub watermarks_pages: Watermarks,
+    /// Unmapped pages waiting for a touch (write-backs included), and the list's target.
     pub inactive_pages: u64,
     pub inactive_target_pages: u64,
     pub target_grown: u64,
     pub target_shrunk: u64,
     pub cost_local_fault_us: f64,
     pub cost_remote_fault_us: f64,
+    /// Pages unmapped to sample their use, and those touched again (local faults).
     pub deactivated: u64,
     pub reactivated: u64,
-    pub workingset_refaults: u64,
+    pub reactivated_in_writeback: u64,
+    /// Refaults within the active list's size: part of the working set, activated at once.
+    pub workingset_activations: u64,
+    /// Refaults from farther away: on probation.
+    pub distant_refaults: u64,
+    /// Pages activated at the probation front for a write seen while mapped.
+    pub referenced_activations: u64,
+    /// Active pages moved back to probation (aging).
+    pub aged: u64,
+    /// Refault distances, in fractions and multiples of the budget.
+    pub refault_distance: Vec<DistanceBucketDoc>,
+    /// Prefetched pages evicted without a use seen since they came.
+    pub prefetched_evicted_unused: u64,
     pub direct_reclaims: u64,
     pub background_passes: u64,
     pub background_evicted: u64,
+    /// The lists' lengths over the run (at most 257 samples, the last one at writing).
+    pub timeline: Vec<ListSampleDoc>,
+}
+
+/// Refaults whose distance (pages that left the inactive list since the eviction) is below
+/// `below_budgets` budgets (`None`: the rest).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DistanceBucketDoc {
+    pub below_budgets: Option<f64>,
+    pub refaults: u64,
+}
+
+/// The lists' lengths at one moment, in pages.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListSampleDoc {
+    pub ms: f64,
+    pub cold: u64,
+    pub probation: u64,
+    pub active: u64,
+    pub inactive: u64,
+    pub writeback: u64,
+    /// Charged pages on no list: prefetch markers, pages in flight.
+    pub other: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -401,6 +484,7 @@ impl StatsDoc {
                 },
                 zero_filled_ahead: 0,
                 released: ReleasedDoc::default(),
+                dead: DeadDoc::default(),
                 unmap_events: 0,
                 reclaim_found_all_in_flight: 0,
                 cold: ColdDoc {
@@ -424,9 +508,10 @@ impl StatsDoc {
                         p99_us: Some(90.0),
                         max_us: Some(95.0),
                     },
+                    thread_local: Percentiles::default(),
                 },
                 reclaim: ReclaimDoc {
-                    mode: "clock".into(),
+                    mode: "lru".into(),
                     watermarks_pages: Watermarks {
                         low: 128,
                         high: 256,
@@ -439,10 +524,32 @@ impl StatsDoc {
                     cost_remote_fault_us: 40.0,
                     deactivated: 900,
                     reactivated: 300,
-                    workingset_refaults: 20,
+                    reactivated_in_writeback: 0,
+                    workingset_activations: 20,
+                    distant_refaults: 5,
+                    referenced_activations: 40,
+                    aged: 100,
+                    refault_distance: vec![
+                        DistanceBucketDoc {
+                            below_budgets: Some(0.0625),
+                            refaults: 20,
+                        },
+                        DistanceBucketDoc {
+                            below_budgets: None,
+                            refaults: 5,
+                        },
+                    ],
+                    prefetched_evicted_unused: 3,
                     direct_reclaims: 2,
                     background_passes: 10,
                     background_evicted: 600,
+                    timeline: vec![ListSampleDoc {
+                        ms: 1000.0,
+                        active: 2000,
+                        probation: 1500,
+                        inactive: 400,
+                        ..ListSampleDoc::default()
+                    }],
                 },
                 agent_cpu: AgentCpuDoc {
                     fault_handlers_s: 0.8,

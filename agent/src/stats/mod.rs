@@ -52,6 +52,8 @@ pub struct HeapInfo {
     pub collector: String,
     pub discovery: &'static str,
     pub spans: usize,
+    /// Why dead space is not dropped after collections (`None`: it is).
+    pub dead_why_not: Option<String>,
 }
 
 fn percentiles(h: &hdrhistogram::Histogram<u64>) -> Percentiles {
@@ -93,7 +95,13 @@ pub fn document(
             discovery: h.discovery.into(),
             spans: h.spans as u64,
         }),
-        pager: pager.map(|p| pager_doc(p, faults.remote)),
+        pager: pager.map(|p| {
+            pager_doc(
+                p,
+                faults.remote,
+                heap.and_then(|h| h.dead_why_not.as_deref()),
+            )
+        }),
         prefetch: pager.and_then(prefetch_doc),
         faults,
         gc: gc.doc(),
@@ -155,7 +163,25 @@ fn faults_doc(pager: Option<&Pager>) -> FaultsDoc {
     }
 }
 
-fn pager_doc(p: &Pager, remote_faults: u64) -> PagerDoc {
+fn dead_doc(p: &Pager, why_not: Option<&str>) -> DeadDoc {
+    use crate::gc_layout::Reason;
+    let c = p.counters();
+    let reason = |r: Reason| DeadReasonDoc {
+        pages: ld(&c.dead_pages[r as usize]),
+        remote: ld(&c.dead_remote[r as usize]),
+        mapped: ld(&c.dead_mapped[r as usize]),
+    };
+    DeadDoc {
+        on: why_not.is_none(),
+        why_not: why_not.map(str::to_string),
+        collections: ld(&c.dead_collections),
+        pause_ms: ld(&c.dead_ns) as f64 / 1e6,
+        free_region: reason(Reason::FreeRegion),
+        above_top: reason(Reason::AboveTop),
+    }
+}
+
+fn pager_doc(p: &Pager, remote_faults: u64, dead_why_not: Option<&str>) -> PagerDoc {
     let c = p.counters();
     let l = p.latencies();
     PagerDoc {
@@ -190,6 +216,7 @@ fn pager_doc(p: &Pager, remote_faults: u64) -> PagerDoc {
             pages: ld(&c.pages_released),
             remote: ld(&c.released_remote),
         },
+        dead: dead_doc(p, dead_why_not),
         unmap_events: ld(&c.unmap_events),
         reclaim_found_all_in_flight: ld(&c.reclaim_found_all_in_flight),
         cold: ColdDoc {
@@ -203,6 +230,7 @@ fn pager_doc(p: &Pager, remote_faults: u64) -> PagerDoc {
             all: percentiles(&l.all),
             remote: percentiles(&l.remote),
             thread_remote: percentiles(&l.thread_remote),
+            thread_local: percentiles(&l.thread_local),
         },
         reclaim: reclaim_doc(p),
         agent_cpu: cpu_doc(p, remote_faults),
@@ -210,14 +238,20 @@ fn pager_doc(p: &Pager, remote_faults: u64) -> PagerDoc {
 }
 
 /// The reclaimer and the reference sampler: what sampling cost (local reactivation faults)
-/// and what it found (pages kept, refaults a longer list would have saved).
+/// and what it found, where refaults came from, and the lists over the run.
 fn reclaim_doc(p: &Pager) -> ReclaimDoc {
     let r = p.reclaim_counters();
+    let d = p.decisions();
     let (inactive, target) = p.inactive_pages();
     let (low, high) = p.watermarks();
     let (grown, shrunk, (c_local, c_remote)) = p.inactive_sizing();
+    let buckets = d.distance_histogram.len();
     ReclaimDoc {
-        mode: if p.sampling() { "clock" } else { "fifo" }.into(),
+        mode: match p.replacement() {
+            crate::pager::Replacement::Lru => "lru",
+            crate::pager::Replacement::Fifo => "fifo",
+        }
+        .into(),
         watermarks_pages: Watermarks {
             low: low as u64,
             high: high as u64,
@@ -230,10 +264,38 @@ fn reclaim_doc(p: &Pager) -> ReclaimDoc {
         cost_remote_fault_us: c_remote as f64 / 1e3,
         deactivated: ld(&r.deactivated),
         reactivated: ld(&r.reactivated),
-        workingset_refaults: ld(&r.workingset_refaults),
+        reactivated_in_writeback: ld(&r.reactivated_in_writeback),
+        workingset_activations: d.workingset_activations,
+        distant_refaults: d.distant_refaults,
+        referenced_activations: d.referenced_activations,
+        aged: d.aged,
+        // Bucket i holds distances below budget * 2^(i - 4) (the last: the rest).
+        refault_distance: d
+            .distance_histogram
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| DistanceBucketDoc {
+                below_budgets: (i + 1 < buckets).then(|| 2f64.powi(i as i32 - 4)),
+                refaults: n,
+            })
+            .collect(),
+        prefetched_evicted_unused: ld(&r.prefetched_evicted_unused),
         direct_reclaims: ld(&r.direct_reclaims),
         background_passes: ld(&r.background_passes),
         background_evicted: ld(&r.background_evicted),
+        timeline: p
+            .timeline()
+            .into_iter()
+            .map(|s| ListSampleDoc {
+                ms: s.ms,
+                cold: s.cold as u64,
+                probation: s.probation as u64,
+                active: s.active as u64,
+                inactive: s.inactive as u64,
+                writeback: s.writeback as u64,
+                other: s.other as u64,
+            })
+            .collect(),
     }
 }
 

@@ -49,8 +49,8 @@ pub enum Mode {
     /// No agent, in the kernel baseline's cgroup without a limit: measures what the JVM
     /// holds, to size the kernel runs' limits.
     KernelCalibrate,
-    /// `policy=memliner` with `reclaim=clock`: reference sampling, for what it costs and saves.
-    MemlinerClock,
+    /// `policy=memliner` with `reclaim=fifo`: arrival order, for what the replacement saves.
+    MemlinerFifo,
     /// `policy=memliner` with the in-process store (`server=local`): the pager's cost alone.
     MemlinerInProcess,
     /// `policy=memliner` with `faults=thread`: handler threads instead of self-service faults.
@@ -75,7 +75,7 @@ impl Mode {
             Mode::BaselineAssume => "baseline-dirty-assume",
             Mode::MemlinerClassStreams => "memliner-class-streams",
             Mode::KernelCalibrate => "kernel-calibrate",
-            Mode::MemlinerClock => "memliner-reclaim-clock",
+            Mode::MemlinerFifo => "memliner-reclaim-fifo",
             Mode::MemlinerInProcess => "memliner-in-process",
             Mode::MemlinerThreadFaults => "memliner-faults-thread",
             Mode::MemlinerGcHooks => "memliner-gc-hooks",
@@ -374,7 +374,7 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                 // collector: reference sampling on, the pager without a network, and faults
                 // delivered to handler threads.
                 if !cfg.kernel_only && java && *c == cfg.collectors[0] {
-                    out.push(p(Mode::MemlinerClock, 25));
+                    out.push(p(Mode::MemlinerFifo, 25));
                     out.push(p(Mode::MemlinerInProcess, 25));
                     out.push(p(Mode::MemlinerThreadFaults, 25));
                 }
@@ -721,8 +721,8 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
             streams: Some("class".into()),
             ..base
         },
-        Mode::MemlinerClock => RunConfig {
-            reclaim: Some("clock".into()),
+        Mode::MemlinerFifo => RunConfig {
+            reclaim: Some("fifo".into()),
             ..base
         },
         Mode::MemlinerInProcess => RunConfig {

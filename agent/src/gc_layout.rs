@@ -1,0 +1,343 @@
+//! Where the collector holds nothing live, read from HotSpot's own tables at the end of a
+//! collection: a stock JDK tells the pager which heap bytes are dead without a patch.
+//!
+//! Right after a stop-the-world pause the heap's layout says it:
+//! - G1: free regions hold nothing; every other region nothing above its `top`.
+//! - Parallel and Serial: eden, from- and to-space and the old generation hold nothing above
+//!   their `top` (after a young collection eden's `top` is its bottom).
+//! - Shenandoah: empty and trash regions hold nothing (trash: collected, every reference to
+//!   them updated); other regions nothing above `top`.
+//!
+//! Nobody reads those bytes before writing them again (allocation is bump-pointer from `top`;
+//! heap walkers stop at `top`), so the pager drops their pages without writing them back and
+//! zero-fills them on reuse instead of fetching dead bytes (`Pager::release`).
+//!
+//! When this is safe: only inside the JVMTI GarbageCollectionFinish callback, which HotSpot
+//! posts from the VM thread at the end of the pause, while every Java thread and every
+//! concurrent GC thread is still stopped at the safepoint. Read at any other moment, a region
+//! just handed out to a mutator could be dropped under its new objects. The tables are the
+//! serviceability agent's (`gHotSpotVMStructs`); a JVM that does not describe a field gets no
+//! dead-space release (the reason is logged), never a guess.
+
+#![allow(unsafe_code)]
+
+use crate::vmstructs::VmStructs;
+
+/// Why a range holds nothing live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// A whole free (empty, trash) region.
+    FreeRegion,
+    /// The unallocated end of a region or space, above its `top`.
+    AboveTop,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 2] = [Reason::FreeRegion, Reason::AboveTop];
+    pub const COUNT: usize = 2;
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::FreeRegion => "free_region",
+            Reason::AboveTop => "above_top",
+        }
+    }
+}
+
+/// A heap range with nothing live in it, `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeadRange {
+    pub start: usize,
+    pub end: usize,
+    pub reason: Reason,
+}
+
+/// Field offsets of a region or space: `bottom`, `end`, `top`.
+#[derive(Clone, Copy, Debug)]
+struct Bounds {
+    bottom: usize,
+    end: usize,
+    top: usize,
+}
+
+#[derive(Debug)]
+enum Layout {
+    /// `heap + table`: the `G1HeapRegionTable`, an array of region pointers.
+    G1 {
+        heap: usize,
+        table: usize,
+        base: usize,
+        length: usize,
+        region: Bounds,
+        /// Offset of the region's type tag.
+        tag: usize,
+        free_tag: i32,
+    },
+    /// Spaces reached through pointer chains from a root (Parallel, Serial).
+    Spaces {
+        spaces: Vec<SpacePath>,
+        space: Bounds,
+    },
+    Shenandoah {
+        heap: usize,
+        count: usize,
+        regions: usize,
+        region: Bounds,
+        state: usize,
+        /// States whose regions hold nothing (empty committed, trash).
+        dead_states: Vec<i32>,
+    },
+}
+
+/// A space as `*(*(root) + gen) + space` (each step a pointer load).
+#[derive(Clone, Copy, Debug)]
+struct SpacePath {
+    /// Address of the pointer to the generation (a static field, or a field of the heap).
+    generation_slot: usize,
+    /// Offset of the space pointer in the generation.
+    space: usize,
+}
+
+/// The dead-space reader of one running JVM.
+#[derive(Debug)]
+pub struct GcLayout {
+    collector: &'static str,
+    layout: Layout,
+}
+
+/// Reads a pointer-sized word.
+///
+/// # Safety
+/// `addr` must be a readable, aligned word of the VM's own data.
+unsafe fn word(addr: usize) -> usize {
+    // SAFETY: the caller's contract.
+    unsafe { (addr as *const usize).read_volatile() }
+}
+
+impl GcLayout {
+    /// Describes `collector`'s heap layout from the VM's tables. `Err` says which field is not
+    /// described (then the JVM runs without dead-space release).
+    pub fn find(vm: &VmStructs, collector: &'static str) -> Result<GcLayout, String> {
+        let heap = vm.collected_heap()?;
+        let layout = match collector {
+            "G1" => {
+                let hrm = vm.offset_of(&[("G1CollectedHeap", "_hrm")])?;
+                let regions = vm.offset_of(&[
+                    ("HeapRegionManager", "_regions"),
+                    ("G1HeapRegionManager", "_regions"),
+                ])?;
+                let region = |f| [("HeapRegion", f), ("G1HeapRegion", f)];
+                let ty = vm.offset_of(&region("_type"))?;
+                let tag =
+                    vm.offset_of(&[("HeapRegionType", "_tag"), ("G1HeapRegionType", "_tag")])?;
+                Layout::G1 {
+                    heap,
+                    table: hrm + regions,
+                    base: vm.offset_of(&[("G1HeapRegionTable", "_base")])?,
+                    length: vm.offset_of(&[("G1HeapRegionTable", "_length")])?,
+                    region: Bounds {
+                        bottom: vm.offset_of(&region("_bottom"))?,
+                        end: vm.offset_of(&region("_end"))?,
+                        top: vm.offset_of(&region("_top"))?,
+                    },
+                    tag: ty + tag,
+                    free_tag: vm
+                        .int_constant(&["HeapRegionType::FreeTag", "G1HeapRegionType::FreeTag"])?,
+                }
+            }
+            "Parallel" => {
+                let young = vm.static_address_of(&[("ParallelScavengeHeap", "_young_gen")])?;
+                let old = vm.static_address_of(&[("ParallelScavengeHeap", "_old_gen")])?;
+                let space = |f| vm.offset_of(&[("PSYoungGen", f)]);
+                Layout::Spaces {
+                    spaces: vec![
+                        SpacePath {
+                            generation_slot: young,
+                            space: space("_eden_space")?,
+                        },
+                        SpacePath {
+                            generation_slot: young,
+                            space: space("_from_space")?,
+                        },
+                        SpacePath {
+                            generation_slot: young,
+                            space: space("_to_space")?,
+                        },
+                        SpacePath {
+                            generation_slot: old,
+                            space: vm.offset_of(&[("PSOldGen", "_object_space")])?,
+                        },
+                    ],
+                    space: Bounds {
+                        bottom: vm.offset_of(&[("MutableSpace", "_bottom")])?,
+                        end: vm.offset_of(&[("MutableSpace", "_end")])?,
+                        top: vm.offset_of(&[("MutableSpace", "_top")])?,
+                    },
+                }
+            }
+            "Serial" => {
+                let young = heap
+                    + vm.offset_of(&[
+                        ("GenCollectedHeap", "_young_gen"),
+                        ("SerialHeap", "_young_gen"),
+                    ])?;
+                let old = heap
+                    + vm.offset_of(&[
+                        ("GenCollectedHeap", "_old_gen"),
+                        ("SerialHeap", "_old_gen"),
+                    ])?;
+                let space = |f| vm.offset_of(&[("DefNewGeneration", f)]);
+                Layout::Spaces {
+                    spaces: vec![
+                        SpacePath {
+                            generation_slot: young,
+                            space: space("_eden_space")?,
+                        },
+                        SpacePath {
+                            generation_slot: young,
+                            space: space("_from_space")?,
+                        },
+                        SpacePath {
+                            generation_slot: young,
+                            space: space("_to_space")?,
+                        },
+                        SpacePath {
+                            generation_slot: old,
+                            space: vm.offset_of(&[("TenuredGeneration", "_the_space")])?,
+                        },
+                    ],
+                    space: Bounds {
+                        bottom: vm
+                            .offset_of(&[("Space", "_bottom"), ("ContiguousSpace", "_bottom")])?,
+                        end: vm.offset_of(&[("Space", "_end"), ("ContiguousSpace", "_end")])?,
+                        top: vm.offset_of(&[("ContiguousSpace", "_top")])?,
+                    },
+                }
+            }
+            "Shenandoah" => {
+                let region = |f| [("ShenandoahHeapRegion", f)];
+                let state =
+                    |n: &str| vm.int_constant(&[&format!("ShenandoahHeapRegion::{n}") as &str]);
+                Layout::Shenandoah {
+                    heap,
+                    count: vm.offset_of(&[("ShenandoahHeap", "_num_regions")])?,
+                    regions: vm.offset_of(&[("ShenandoahHeap", "_regions")])?,
+                    region: Bounds {
+                        bottom: vm.offset_of(&region("_bottom"))?,
+                        end: vm.offset_of(&region("_end"))?,
+                        top: vm.offset_of(&region("_top"))?,
+                    },
+                    state: vm.offset_of(&region("_state"))?,
+                    dead_states: vec![state("_empty_committed")?, state("_trash")?],
+                }
+            }
+            other => return Err(format!("no dead-space reader for the {other} collector")),
+        };
+        Ok(GcLayout { collector, layout })
+    }
+
+    pub fn collector(&self) -> &'static str {
+        self.collector
+    }
+
+    /// Appends the ranges that hold nothing live now to `out`.
+    ///
+    /// # Safety
+    /// Call only while the VM is at the safepoint that ends a collection (the JVMTI
+    /// GarbageCollectionFinish callback): the structures read are the collector's own, and
+    /// only then are they consistent and the ranges free of new objects.
+    pub unsafe fn dead_ranges(&self, out: &mut Vec<DeadRange>) {
+        let above_top = |out: &mut Vec<DeadRange>, top: usize, end: usize| {
+            let start = top.next_multiple_of(swap_backend::PAGE_SIZE);
+            if start < end {
+                out.push(DeadRange {
+                    start,
+                    end,
+                    reason: Reason::AboveTop,
+                });
+            }
+        };
+        // SAFETY: every load below reads the VM's own structures at offsets the VM describes,
+        // through pointers taken from those structures, at a safepoint (the caller's
+        // contract), while they do not change.
+        unsafe {
+            match &self.layout {
+                Layout::G1 {
+                    heap,
+                    table,
+                    base,
+                    length,
+                    region,
+                    tag,
+                    free_tag,
+                } => {
+                    let t = heap + table;
+                    let (array, n) = (word(t + base), word(t + length));
+                    for i in 0..n {
+                        let r = word(array + i * std::mem::size_of::<usize>());
+                        if r == 0 {
+                            continue; // never committed
+                        }
+                        let (bottom, end) = (word(r + region.bottom), word(r + region.end));
+                        if ((r + tag) as *const i32).read_volatile() == *free_tag {
+                            out.push(DeadRange {
+                                start: bottom,
+                                end,
+                                reason: Reason::FreeRegion,
+                            });
+                        } else {
+                            above_top(out, word(r + region.top), end);
+                        }
+                    }
+                }
+                Layout::Spaces { spaces, space } => {
+                    for s in spaces {
+                        let generation = word(s.generation_slot);
+                        if generation == 0 {
+                            continue;
+                        }
+                        let sp = word(generation + s.space);
+                        if sp == 0 {
+                            continue;
+                        }
+                        let (bottom, top, end) = (
+                            word(sp + space.bottom),
+                            word(sp + space.top),
+                            word(sp + space.end),
+                        );
+                        if bottom <= top && top <= end {
+                            above_top(out, top, end);
+                        }
+                    }
+                }
+                Layout::Shenandoah {
+                    heap,
+                    count,
+                    regions,
+                    region,
+                    state,
+                    dead_states,
+                } => {
+                    let (n, array) = (word(heap + count), word(heap + regions));
+                    for i in 0..n {
+                        let r = word(array + i * std::mem::size_of::<usize>());
+                        if r == 0 {
+                            continue;
+                        }
+                        let (bottom, end) = (word(r + region.bottom), word(r + region.end));
+                        let st = ((r + state) as *const i32).read_volatile();
+                        if dead_states.contains(&st) {
+                            out.push(DeadRange {
+                                start: bottom,
+                                end,
+                                reason: Reason::FreeRegion,
+                            });
+                        } else {
+                            above_top(out, word(r + region.top), end);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The context every part of the pager shares: the region and its page table, the userfaultfd,
+//! the store, the OS calls, the counters and the configuration. It maps pages (the one place
+//! that calls UFFDIO_COPY) and wakes their waiters; it decides nothing.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use swap_backend::{PageStore, PAGE_SIZE};
+
+use super::config::{FatalFn, PagerConfig};
+use super::counters::{Latencies, PagerCounters, Role};
+use super::os;
+use super::page_table::PageTable;
+use crate::maps::Span;
+use crate::model::{FaultKind, ThreadClass, ThreadClassifier};
+use crate::uffd::{CopyOutcome, Uffd};
+
+#[repr(C, align(4096))]
+pub(super) struct AlignedPage(pub [u8; PAGE_SIZE]);
+/// A page of zeros to map from.
+pub(super) static ZERO_PAGE: AlignedPage = AlignedPage([0; PAGE_SIZE]);
+
+pub(super) struct Ctx {
+    pub uffd: Uffd,
+    /// Faulting threads serve their own faults (see `signal`).
+    pub by_signal: bool,
+    pub base: usize,
+    pub npages: usize,
+    pub table: PageTable,
+    /// The registered (anonymous) parts of the region.
+    pub spans: Mutex<Vec<Span>>,
+    pub config: PagerConfig,
+    pub store: Box<dyn PageStore>,
+    pub classifier: Box<dyn ThreadClassifier>,
+    pub counters: PagerCounters,
+    /// One per handler thread, one for faults served by signal, one for the probe.
+    pub latencies: Vec<Mutex<Latencies>>,
+    /// Our threads, by role, with their kernel ids (for CPU time).
+    pub threads: Mutex<Vec<(Role, u32)>>,
+    /// The probe thread's kernel id, 0 until it runs.
+    pub probe_tid: AtomicU32,
+    /// The heap page whose stored copy the probe's own page faults in (`faults=signal`).
+    pub probe_source: AtomicUsize,
+    pub fatal: FatalFn,
+    pub stop: AtomicBool,
+    /// Kicked to wake the handler threads from poll (on stop).
+    pub wakeup: std::os::fd::OwnedFd,
+    pub madvise: os::Madvise,
+    pub epoch: Instant,
+}
+
+impl Ctx {
+    pub fn page_addr(&self, p: usize) -> usize {
+        self.base + p * PAGE_SIZE
+    }
+
+    /// The page holding `addr`, if it is in the region.
+    pub fn page_of(&self, addr: usize) -> Option<usize> {
+        let off = addr.checked_sub(self.base)?;
+        (off < self.npages * PAGE_SIZE).then_some(off / PAGE_SIZE)
+    }
+
+    pub fn die(&self, what: &str) -> ! {
+        (self.fatal)(what)
+    }
+
+    /// Whether a page read in for `class` is mapped write-protected.
+    pub fn tracks_dirty(&self, class: ThreadClass) -> bool {
+        let t = self.config.track_dirty && self.config.policy.track_dirty(class);
+        if t {
+            self.config.policy.note_tracked(class);
+        }
+        t
+    }
+
+    /// Maps `count` pages from `src` at page `p` (all claimed by the caller), without waking
+    /// their waiters. A failure other than the documented outcomes stops the JVM: a page
+    /// that cannot be mapped cannot be served.
+    ///
+    /// # Safety
+    /// `src` must be valid for `count` pages and not written while this runs; pages
+    /// `p..p + count` must be registered and claimed by the caller.
+    pub unsafe fn map(
+        &self,
+        p: usize,
+        src: *const u8,
+        count: usize,
+        write_protect: bool,
+    ) -> CopyOutcome {
+        let addr = self.page_addr(p);
+        // SAFETY: the caller's contract; nobody else maps claimed pages.
+        match unsafe {
+            self.uffd
+                .copy(addr, src, count * PAGE_SIZE, write_protect, false)
+        } {
+            Ok(o) => o,
+            // A run that fails part way is retried page by page by the caller.
+            Err(_) if count > 1 => CopyOutcome::Gone,
+            Err(e) => self.die(&format!("cannot map heap page {p} at {addr:#x}: {e}")),
+        }
+    }
+
+    /// Wakes the threads waiting on `pages` (sorted or not), one ioctl per run.
+    pub fn wake(&self, pages: &mut Vec<usize>) {
+        if pages.is_empty() {
+            return;
+        }
+        pages.sort_unstable();
+        pages.dedup();
+        for (start, len) in os::runs(self.base, pages) {
+            if let Err(e) = self.uffd.wake(start, len) {
+                self.die(&format!("cannot wake threads waiting at {start:#x}: {e}"));
+            }
+        }
+        pages.clear();
+    }
+
+    /// The first page after the registered span holding page `p` (`p + 1` if none does).
+    pub fn span_end(&self, p: usize) -> usize {
+        let addr = self.page_addr(p);
+        self.spans
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|sp| sp.start <= addr && addr < sp.end)
+            .map_or(p + 1, |sp| (sp.end - self.base) / PAGE_SIZE)
+    }
+
+    /// A fault served by its own thread took `ns`.
+    pub fn note_signal_fault(&self, ns: u64) {
+        self.counters.signal_faults.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .signal_service_ns
+            .fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Counts a fault of `kind` by `class`.
+    pub fn count(&self, class: ThreadClass, kind: FaultKind, marking: bool) {
+        self.counters.faults[class as usize][kind as usize].fetch_add(1, Ordering::Relaxed);
+        if class == ThreadClass::GcConcurrent && kind == FaultKind::Remote && marking {
+            self.counters
+                .gc_concurrent_remote_while_marking
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records a fault's handler-side service time in histogram set `index`; returns it (ns).
+    pub fn record_latency(&self, index: usize, started: Instant, remote: bool) -> u64 {
+        let ns = started.elapsed().as_nanos() as u64;
+        let mut l = self.latencies[index].lock().unwrap();
+        let _ = l.all.record(ns.max(1));
+        if remote {
+            let _ = l.remote.record(ns.max(1));
+        }
+        ns
+    }
+}

@@ -1,0 +1,118 @@
+//! The pager's counters and latency histograms, read at any time for stats, and the roles of
+//! its threads (for their CPU time).
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+use crate::gc_layout::Reason;
+use crate::model::{FaultKind, ThreadClass};
+
+/// Counters kept by the pager; read at any time for stats.
+#[derive(Debug, Default)]
+pub struct PagerCounters {
+    /// faults[class][kind]
+    pub faults: [[AtomicU64; FaultKind::COUNT]; ThreadClass::COUNT],
+    pub pages_read: AtomicU64,
+    /// Of `pages_read`, pages read by prefetch workers.
+    pub pages_prefetched: AtomicU64,
+    pub pages_written: AtomicU64,
+    /// Faults served by the faulting thread itself (`faults=signal`), and the time it spent
+    /// in them (the agent's CPU on application threads).
+    pub signal_faults: AtomicU64,
+    pub signal_service_ns: AtomicU64,
+    pub pages_freed_remote: AtomicU64,
+    pub evicted_clean: AtomicU64,
+    pub evicted_dirty: AtomicU64,
+    pub evicted_zero: AtomicU64,
+    pub zero_filled_ahead: AtomicU64,
+    pub unmap_events: AtomicU64,
+    /// Reclaim passes that found every charged page in flight (nothing to evict yet).
+    pub reclaim_found_all_in_flight: AtomicU64,
+    /// Cold pages made hot by an application touch.
+    pub promoted: AtomicU64,
+    /// Cold pages evicted (GC-read pages, and a finished pause's).
+    pub evicted_cold: AtomicU64,
+    /// Pages a stop-the-world pause brought in, made cold when it ended.
+    pub demoted_after_pause: AtomicU64,
+    /// Concurrent GC cycles seen in the concurrent GC threads' fault stream (a gap of more
+    /// than [`crate::pager::CYCLE_GAP`] between their faults starts a new cycle).
+    pub concurrent_cycles: AtomicU64,
+    /// Faults by application threads while a concurrent cycle was active.
+    pub app_faults_in_concurrent_cycle: AtomicU64,
+    /// Remote faults of the concurrent GC threads while a patched JVM reported concurrent
+    /// marking (its other concurrent work: refinement, remembered-set rebuild, evacuation,
+    /// reference updating, is the rest of the class).
+    pub gc_concurrent_remote_while_marking: AtomicU64,
+    /// Pages a patched collector released (freed regions): dropped, so their reuse
+    /// zero-fills locally.
+    pub pages_released: AtomicU64,
+    /// Of those, pages only the store held: fetches of garbage saved.
+    pub released_remote: AtomicU64,
+    /// Pages dropped as dead at the end of a collection (a stock JDK's heap layout), by
+    /// `gc_layout::Reason`.
+    pub dead_pages: [AtomicU64; Reason::COUNT],
+    /// Of those, pages only the store held (fetches of dead bytes saved) ...
+    pub dead_remote: [AtomicU64; Reason::COUNT],
+    /// ... and pages that were mapped (budget given back at once).
+    pub dead_mapped: [AtomicU64; Reason::COUNT],
+    /// Collections whose dead space was dropped, and the time it took inside their pauses.
+    pub dead_collections: AtomicU64,
+    pub dead_ns: AtomicU64,
+}
+
+/// Latency histograms (nanoseconds).
+#[derive(Debug)]
+pub struct Latencies {
+    /// Handler-side, every fault: from reading the fault to mapping the page.
+    pub all: Histogram<u64>,
+    /// Handler-side, remote faults.
+    pub remote: Histogram<u64>,
+    /// As a faulting thread sees a remote fault (delivery, service and wake): the probe's.
+    pub thread_remote: Histogram<u64>,
+    /// As a faulting thread sees a local fault (`faults=signal`): the probe's.
+    pub thread_local: Histogram<u64>,
+}
+
+impl Latencies {
+    pub(super) fn new() -> Self {
+        let h = || Histogram::new_with_bounds(1, 60_000_000_000, 2).unwrap();
+        Latencies {
+            all: h(),
+            remote: h(),
+            thread_remote: h(),
+            thread_local: h(),
+        }
+    }
+}
+
+/// The agent's own threads, for their CPU time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    FaultHandler,
+    Reclaimer,
+    Prefetcher,
+    Probe,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [
+        Role::FaultHandler,
+        Role::Reclaimer,
+        Role::Prefetcher,
+        Role::Probe,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::FaultHandler => "fault_handlers",
+            Role::Reclaimer => "reclaimer",
+            Role::Prefetcher => "prefetch",
+            Role::Probe => "probe",
+        }
+    }
+}
+
+/// Quiet time in the concurrent GC threads' faults that ends a concurrent cycle.
+pub const CYCLE_GAP: Duration = Duration::from_millis(100);

@@ -1,0 +1,19 @@
+//! The pager's parts, wired together: what every thread of the pager (and a thread serving its
+//! own fault) holds. Each part owns its state; this only bundles references to them.
+
+use std::sync::Arc;
+
+use super::budget::Budget;
+use super::context::Ctx;
+use super::phases::Phases;
+use super::prefetch_io::Prefetcher;
+use super::reclaim::Reclaimer;
+
+pub(super) struct Parts {
+    pub ctx: Arc<Ctx>,
+    pub budget: Arc<Budget>,
+    pub phases: Arc<Phases>,
+    pub reclaim: Arc<Reclaimer>,
+    /// `None` when prefetching is off.
+    pub prefetch: Option<Arc<Prefetcher>>,
+}

@@ -1,0 +1,761 @@
+//! Reclaim: keeping free budget in reserve, off the fault path. The reclaimer owns the
+//! replacement lists (`lists`: which pages to sample and evict), the slots that hold sampled
+//! pages' bytes (`slots`) and the sampling window's size (`sizing`); it unmaps, writes back and
+//! evicts. Faults tell it what they mapped (`admit`, `reactivated`, `referenced`).
+//!
+//! # Deactivation is race-free
+//! 1. claim the victim (`Busy`); 2. write-protect it if dirty (writers now block in a WP
+//!    fault); 3. copy it into a slot; 4. `MADV_DONTNEED` (one `process_madvise` for the batch:
+//!    one TLB shootdown); 5. mark it inactive.
+//!
+//! A writer blocked in step 2 is woken when its WP fault is read after step 5 and re-faults as
+//! MISSING, which maps the slot's bytes back. Readers during 2-4 read the unchanged page. A
+//! page that was only read is mapped write-protected already, so step 2 costs nothing for it.
+//!
+//! # Eviction
+//! An inactive page still untouched at the front of the inactive list is evicted: dropped if
+//! the store's copy is current (or it is all zeros), else written back from its slot in a
+//! pipelined batch (`Writeback`: a fault may still take it back meanwhile, and the slot is
+//! freed once the write is done).
+//!
+//! # Watermarks
+//! The reclaimer thread keeps `budget - charged` between the budget's low and high
+//! watermarks: a charge that leaves fewer than `low` free wakes it, and it works until `high`
+//! are free. A fault that finds the budget full reclaims itself ("direct reclaim", counted
+//! like the kernel's allocstall).
+
+pub(super) mod lists;
+mod sizing;
+mod slots;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use swap_backend::PAGE_SIZE;
+
+use self::lists::{Admit, Lists, Refault, Try};
+use self::sizing::Sizer;
+use self::slots::Slots;
+use super::budget::Budget;
+use super::config::{Replacement, Window};
+use super::context::Ctx;
+use super::os;
+use super::page_table::{Claim, PageState};
+use super::phases::Phases;
+
+pub use self::lists::{Decisions, List, DISTANCE_BUCKETS};
+
+/// What one reclaim step achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Evicted {
+    Pages(usize),
+    /// Nothing evictable: every local page is in flight elsewhere.
+    NoVictim,
+    /// An unread event is changing the mm: read events first.
+    Again,
+}
+
+/// Reclaim counters, read for stats.
+#[derive(Debug, Default)]
+pub struct ReclaimCounters {
+    /// Pages unmapped into slots to sample their use.
+    pub deactivated: AtomicU64,
+    /// Inactive pages touched and mapped back: the local faults sampling costs.
+    pub reactivated: AtomicU64,
+    /// Of those, pages taken back while their write-back was in flight.
+    pub reactivated_in_writeback: AtomicU64,
+    /// Faults that found the budget full and reclaimed themselves.
+    pub direct_reclaims: AtomicU64,
+    /// Passes of the reclaimer thread.
+    pub background_passes: AtomicU64,
+    /// Pages the reclaimer thread evicted (the rest were evicted by direct reclaim).
+    pub background_evicted: AtomicU64,
+    /// Prefetched pages evicted without a use seen (no fault, no write) since they came.
+    pub prefetched_evicted_unused: AtomicU64,
+}
+
+/// List lengths at one moment, for the timeline.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ListSample {
+    /// Milliseconds since the pager started.
+    pub ms: f64,
+    pub cold: usize,
+    pub probation: usize,
+    pub active: usize,
+    pub inactive: usize,
+    pub writeback: usize,
+    /// Charged pages not on a list (prefetch markers, pages in flight).
+    pub other: usize,
+}
+
+/// A bounded timeline of list lengths: when full, every other sample goes and the interval
+/// doubles, so a run of any length keeps at most `MAX` samples evenly spread.
+#[derive(Debug)]
+struct Timeline {
+    samples: Vec<ListSample>,
+    every: Duration,
+    last: Option<Instant>,
+}
+
+impl Timeline {
+    const MAX: usize = 256;
+}
+
+pub(super) struct Reclaimer {
+    ctx: Arc<Ctx>,
+    budget: Arc<Budget>,
+    phases: Arc<Phases>,
+    lists: Mutex<Lists>,
+    slots: Slots,
+    sizer: Sizer,
+    replacement: Replacement,
+    /// A write-back of the page is in flight (the page itself may have been taken back).
+    writing: Box<[AtomicBool]>,
+    /// Prefetched and no use seen since.
+    prefetched: Box<[AtomicBool]>,
+    /// Pages being written back (out of the lists, still charged).
+    writeback: AtomicUsize,
+    /// Per page, the number of its latest deactivation; and the count of deactivations (for
+    /// the sizer's ages).
+    deactivation: Box<[AtomicU32]>,
+    deactivations: AtomicU32,
+    pub counters: ReclaimCounters,
+    timeline: Mutex<Timeline>,
+    /// Whether the reclaimer is parked with its reserve full (see `settle`).
+    idle: Mutex<bool>,
+    idle_changed: Condvar,
+}
+
+/// How a page that just became mapped came in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Arrival {
+    /// Fetched from the store for a fault: its shadow decides.
+    Refault,
+    /// Zero-filled for a fault, a prefetch marker's page, a dead page reused.
+    Fault,
+    /// Prefetched: probation, and counted if evicted unused.
+    Prefetched,
+    /// Zero-filled ahead of a write, or adopted at registration.
+    Speculative,
+}
+
+impl Reclaimer {
+    pub fn new(
+        ctx: Arc<Ctx>,
+        budget: Arc<Budget>,
+        phases: Arc<Phases>,
+    ) -> std::io::Result<Reclaimer> {
+        let config = &ctx.config;
+        let (npages, pages) = (ctx.npages, budget.pages());
+        let batch = config.evict_batch.max(1);
+        let sampling = config.replacement == Replacement::Lru && budget.pages_can_run_short();
+        // No window at first: the sizer opens one when sampling is seen to pay.
+        let (min_target, max_target) = match (sampling, config.window) {
+            (false, _) => (0, 0),
+            (true, Window::Adaptive) => (0, pages / 2),
+            (true, Window::Fixed(n)) => (n.min(pages / 2), n.min(pages / 2)),
+        };
+        Ok(Reclaimer {
+            lists: Mutex::new(Lists::new(npages, pages)),
+            // Room for the largest list plus a batch in flight.
+            slots: Slots::new(max_target + 4 * batch, npages)?,
+            sizer: Sizer::new(pages, batch, min_target, max_target),
+            replacement: config.replacement,
+            writing: (0..npages).map(|_| AtomicBool::new(false)).collect(),
+            prefetched: (0..npages).map(|_| AtomicBool::new(false)).collect(),
+            writeback: AtomicUsize::new(0),
+            deactivation: (0..npages).map(|_| AtomicU32::new(0)).collect(),
+            deactivations: AtomicU32::new(0),
+            counters: ReclaimCounters::default(),
+            timeline: Mutex::new(Timeline {
+                samples: Vec::new(),
+                every: Duration::from_millis(50),
+                last: None,
+            }),
+            idle: Mutex::new(false),
+            idle_changed: Condvar::new(),
+            ctx,
+            budget,
+            phases,
+        })
+    }
+
+    /// Whether references can be sampled at all (a window may open).
+    pub fn sampling(&self) -> bool {
+        self.sizer.max() > 0
+    }
+
+    pub fn replacement(&self) -> Replacement {
+        self.replacement
+    }
+
+    pub fn sizer(&self) -> &Sizer {
+        &self.sizer
+    }
+
+    /// Pages waiting inactive (unmapped, bytes in slots), write-backs included.
+    pub fn inactive_pages(&self) -> usize {
+        self.lists.lock().unwrap().len(List::Inactive) + self.writeback.load(Ordering::Relaxed)
+    }
+
+    pub fn inactive_target(&self) -> usize {
+        self.sizer.target()
+    }
+
+    /// The lengths of the lists now.
+    pub fn sample(&self) -> ListSample {
+        let l = self.lists.lock().unwrap();
+        let writeback = self.writeback.load(Ordering::Relaxed);
+        let on_lists: usize = [List::Cold, List::Probation, List::Active, List::Inactive]
+            .iter()
+            .map(|&x| l.len(x))
+            .sum();
+        ListSample {
+            ms: self.ctx.epoch.elapsed().as_secs_f64() * 1e3,
+            cold: l.len(List::Cold),
+            probation: l.len(List::Probation),
+            active: l.len(List::Active),
+            inactive: l.len(List::Inactive),
+            writeback,
+            other: self.budget.charged().saturating_sub(on_lists + writeback),
+        }
+    }
+
+    /// The decisions made so far.
+    pub fn decisions(&self) -> Decisions {
+        self.lists.lock().unwrap().decisions
+    }
+
+    /// The list lengths over the run, and a last sample now.
+    pub fn timeline(&self) -> Vec<ListSample> {
+        let mut v = self.timeline.lock().unwrap().samples.clone();
+        v.push(self.sample());
+        v
+    }
+
+    fn note_timeline(&self) {
+        let mut t = self.timeline.lock().unwrap();
+        if t.last.is_some_and(|l| l.elapsed() < t.every) {
+            return;
+        }
+        t.last = Some(Instant::now());
+        drop(t);
+        let s = self.sample();
+        let mut t = self.timeline.lock().unwrap();
+        t.samples.push(s);
+        if t.samples.len() >= Timeline::MAX {
+            let kept: Vec<ListSample> = t.samples.iter().step_by(2).copied().collect();
+            t.samples = kept;
+            t.every *= 2;
+        }
+    }
+
+    /// Queues page `p`, just mapped by its claim holder, where the lists say. `cold`: the
+    /// policy admits it cold; `pause`: it is cold once the pause under way ends.
+    pub fn admit(&self, p: usize, arrival: Arrival, cold: bool, pause: bool) -> Refault {
+        let how = match arrival {
+            _ if cold => Admit::Cold,
+            Arrival::Refault | Arrival::Fault => Admit::Normal,
+            Arrival::Prefetched | Arrival::Speculative => Admit::Speculative,
+        };
+        // Without working-set detection (FIFO) every page starts on probation.
+        let refault = arrival == Arrival::Refault && self.replacement == Replacement::Lru;
+        self.prefetched[p].store(arrival == Arrival::Prefetched, Ordering::Relaxed);
+        let judged = self.lists.lock().unwrap().admit(p, how, refault);
+        if let Refault::Workingset { distance } | Refault::Distant { distance } = judged {
+            self.sizer.refault(distance);
+        }
+        if pause && self.phases.pause_page(p) {
+            // A pause that never ends (no JVMTI events, a runaway full GC): do not hold more
+            // than a budget's worth of pages hot for it.
+            self.demote_pause_pages(true);
+        }
+        judged
+    }
+
+    /// Mapped page `p` was written for the first time since it was mapped write-protected
+    /// (its claim holder calls): a reference the lists see without unmapping it. `promote`:
+    /// the writer's touch counts (an application write of a cold page makes it hot).
+    pub fn referenced(&self, p: usize, promote: bool) -> bool {
+        self.prefetched[p].store(false, Ordering::Relaxed);
+        let mut l = self.lists.lock().unwrap();
+        let was_cold = l.list_of(p) == List::Cold;
+        if promote || !was_cold {
+            l.referenced(p);
+        }
+        was_cold && promote
+    }
+
+    /// The slot holding inactive page `p`'s bytes, taken by its claim holder. `None` means a
+    /// bug: an inactive page always has one.
+    pub fn take_slot(&self, p: usize) -> Option<(u32, *const u8)> {
+        self.slots
+            .take(p)
+            .map(|s| (s, self.slots.ptr(s) as *const u8))
+    }
+
+    /// Gives a slot back to page `p` (a reactivation that has to be retried).
+    pub fn restore_slot(&self, p: usize, slot: u32) {
+        self.slots.set(p, slot);
+    }
+
+    /// Inactive page `p` was touched and is being mapped back from `slot` (its claim holder
+    /// calls). `in_writeback`: its write-back is in flight (the write-back frees the slot).
+    /// `activate`: the touch counts for the lists (the policy's say). Returns whether a cold
+    /// page was promoted.
+    pub fn reactivated(&self, p: usize, slot: u32, in_writeback: bool, activate: bool) -> bool {
+        if in_writeback {
+            self.counters
+                .reactivated_in_writeback
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.slots.release(&[slot]);
+        }
+        let age = self
+            .deactivations
+            .load(Ordering::Relaxed)
+            .wrapping_sub(self.deactivation[p].load(Ordering::Relaxed));
+        self.sizer.reactivation(age as u64);
+        self.counters.reactivated.fetch_add(1, Ordering::Relaxed);
+        self.prefetched[p].store(false, Ordering::Relaxed);
+        let mut l = self.lists.lock().unwrap();
+        if in_writeback {
+            // Out of the lists since its eviction began: no longer counted as written back.
+            self.writeback.fetch_sub(1, Ordering::Relaxed);
+        }
+        l.remove(p);
+        l.reactivated(p, activate) && activate
+    }
+
+    /// Page `p` (claimed by the caller) is being dropped: its slot is freed and it leaves the
+    /// lists without a shadow. `from` is the state it was claimed in.
+    pub fn forget(&self, p: usize, from: PageState) {
+        if from.is_inactive() {
+            if let Some(s) = self.slots.take(p) {
+                self.slots.release(&[s]);
+            }
+        }
+        self.lists.lock().unwrap().forget(p);
+    }
+
+    /// A fault that found the budget full reclaims one page itself (counted). `false`: no room
+    /// could be made now (an unread event, or every page in flight): the fault is retried.
+    pub fn direct(&self, on_fault_path: bool) -> bool {
+        if on_fault_path {
+            self.counters
+                .direct_reclaims
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        matches!(self.make_room(1), Evicted::Pages(_))
+    }
+
+    fn set_idle(&self, idle: bool) {
+        let mut i = self.idle.lock().unwrap();
+        if *i != idle {
+            *i = idle;
+            self.idle_changed.notify_all();
+        }
+    }
+
+    /// Fills the reserve up to the high watermark and waits until the reclaimer has parked.
+    pub fn settle(&self) {
+        while self.make_room(self.budget.high) == Evicted::Again {
+            std::thread::yield_now();
+        }
+        let mut idle = self.idle.lock().unwrap();
+        while !(*idle && self.budget.free() >= self.budget.low) {
+            self.budget.wake_reclaimer();
+            idle = self.idle_changed.wait(idle).unwrap();
+        }
+    }
+
+    /// Evicts until `want_free` pages of the budget are free.
+    pub fn make_room(&self, want_free: usize) -> Evicted {
+        self.demote_pause_pages(false);
+        let pages = self.budget.pages();
+        let batch = self.ctx.config.evict_batch.max(1);
+        let mut total = 0;
+        loop {
+            let over = (self.budget.charged() + want_free).saturating_sub(pages);
+            if over == 0 {
+                return Evicted::Pages(total);
+            }
+            // Keep the inactive list one batch above its target, so that a page deactivated
+            // now waits a target's worth of evictions for its touch before it is evicted.
+            let target = self.sizer.target();
+            let waiting = || self.lists.lock().unwrap().len(List::Inactive);
+            let have = waiting();
+            let mut deactivated = 0;
+            if have < target + batch {
+                match self.deactivate((target + batch - have).min(batch)) {
+                    Evicted::Pages(n) => deactivated = n,
+                    Evicted::Again => return Evicted::Again,
+                    Evicted::NoVictim => {}
+                }
+            }
+            let excess = waiting().saturating_sub(target);
+            let n = match (excess, deactivated) {
+                (0, 0) => batch, // nothing more to deactivate: the oldest inactive go
+                (0, _) => continue,
+                (e, _) => e.min(batch).min(over.max(1)),
+            };
+            match self.evict(n) {
+                Evicted::Pages(n) => total += n,
+                Evicted::Again => return Evicted::Again,
+                Evicted::NoVictim if deactivated == 0 => {
+                    // Everything charged is in flight elsewhere: the caller retries rather
+                    // than spin here (counted).
+                    self.ctx
+                        .counters
+                        .reclaim_found_all_in_flight
+                        .fetch_add(1, Ordering::Relaxed);
+                    return if total > 0 {
+                        Evicted::Pages(total)
+                    } else {
+                        Evicted::NoVictim
+                    };
+                }
+                Evicted::NoVictim => {}
+            }
+        }
+    }
+
+    /// The reclaimer thread: sleeps until the reserve runs low, then works until it is full.
+    pub fn run(&self) {
+        swap_backend::set_thread_lane(swap_backend::Lane::Reclaim);
+        loop {
+            if self.ctx.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            self.note_timeline();
+            if self.budget.free() < self.budget.low {
+                self.set_idle(false);
+                self.counters
+                    .background_passes
+                    .fetch_add(1, Ordering::Relaxed);
+                let before = self.evicted_total();
+                let outcome = self.make_room(self.budget.high);
+                self.counters
+                    .background_evicted
+                    .fetch_add(self.evicted_total() - before, Ordering::Relaxed);
+                if outcome == Evicted::Again || outcome == Evicted::NoVictim {
+                    // An unread event blocks the mm (the handler reads it), or everything is
+                    // in flight: try again shortly rather than spin.
+                    std::thread::park_timeout(Duration::from_millis(1));
+                }
+            } else {
+                self.set_idle(true);
+                // Pauses end without a fault to notice: look at them now and then.
+                std::thread::park_timeout(Duration::from_millis(50));
+                self.demote_pause_pages(false);
+            }
+        }
+    }
+
+    fn evicted_total(&self) -> u64 {
+        let c = &self.ctx.counters;
+        c.evicted_clean.load(Ordering::Relaxed)
+            + c.evicted_dirty.load(Ordering::Relaxed)
+            + c.evicted_zero.load(Ordering::Relaxed)
+    }
+
+    /// Makes the pages of finished pauses cold (all held pages with `force`).
+    pub fn demote_pause_pages(&self, force: bool) {
+        let Some(pages) = self.phases.take_ended(force) else {
+            return;
+        };
+        let mut l = self.lists.lock().unwrap();
+        let n = pages.iter().filter(|&&p| l.make_cold(p as usize)).count();
+        drop(l);
+        self.ctx
+            .counters
+            .demoted_after_pause
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Unmaps up to `want` mapped pages into slots, as the lists choose.
+    fn deactivate(&self, want: usize) -> Evicted {
+        let table = &self.ctx.table;
+        let mut claims: Vec<Option<Claim<'_>>> = Vec::with_capacity(want);
+        let taken = {
+            let mut l = self.lists.lock().unwrap();
+            let slots_free = want; // slots are checked below; the lists' order decides first
+            l.take_for_deactivation(slots_free, |p| {
+                match table.claim_if(p, PageState::is_mapped) {
+                    Some(c) => {
+                        claims.push(Some(c));
+                        Try::Taken
+                    }
+                    None if table.get(p) == PageState::Busy => Try::Busy,
+                    None => Try::Stale,
+                }
+            })
+        };
+        let mut victims: Vec<(Claim<'_>, bool)> = taken
+            .iter()
+            .zip(claims.iter_mut())
+            .map(|(&(_, cold), c)| (c.take().unwrap(), cold))
+            .collect();
+        let mut slots = self.slots.alloc(victims.len());
+        if slots.len() < victims.len() {
+            // Out of slots (a list this long is already being written back): the rest stay.
+            self.give_back(victims.drain(slots.len()..));
+        }
+        if victims.is_empty() {
+            self.slots.release(&slots);
+            return Evicted::NoVictim;
+        }
+        let started = Instant::now();
+        // Page order, so that the write-protect and discard runs coalesce.
+        let mut order: Vec<usize> = (0..victims.len()).collect();
+        order.sort_unstable_by_key(|&i| victims[i].0.page());
+        let dirty: Vec<usize> = order
+            .iter()
+            .map(|&i| &victims[i].0)
+            .filter(|c| c.from() == PageState::Dirty)
+            .map(|c| c.page())
+            .collect();
+        // Dirty pages: write-protect (writers block from here on). Clean ones are mapped
+        // write-protected already.
+        for (s, l) in os::runs(self.ctx.base, &dirty) {
+            match self.ctx.uffd.write_protect(s, l, true, false) {
+                Ok(true) => {}
+                Ok(false) => {
+                    // An unread event is changing the mm: give the pages back (a page left
+                    // protected but Dirty is unprotected by its next write fault).
+                    self.slots.release(&slots);
+                    self.give_back(victims);
+                    return Evicted::Again;
+                }
+                Err(e) => self
+                    .ctx
+                    .die(&format!("cannot write-protect heap pages at {s:#x}: {e}")),
+            }
+        }
+        let srcs: Vec<usize> = victims
+            .iter()
+            .map(|v| self.ctx.page_addr(v.0.page()))
+            .collect();
+        let dsts: Vec<*mut u8> = slots.iter().map(|&s| self.slots.ptr(s)).collect();
+        // SAFETY: every destination is a slot allocated above, owned by this call; every
+        // source is a claimed mapped page (Busy), so reading it cannot fault into our handler.
+        let copied = unsafe { os::copy_out(&srcs, &dsts) };
+        let pages: Vec<usize> = order.iter().map(|&i| victims[i].0.page()).collect();
+        if let Err(e) = self.ctx.madvise.dontneed(&os::runs(self.ctx.base, &pages)) {
+            self.ctx.die(&format!("cannot discard heap pages: {e}"));
+        }
+        let mut n = 0;
+        let mut unused = Vec::new();
+        let mut l = self.lists.lock().unwrap();
+        for (((c, cold), slot), ok) in victims.into_iter().zip(slots.drain(..)).zip(copied) {
+            let p = c.page();
+            if !ok {
+                // The JVM unmapped the page under us (heap shrink); its UNMAP event resets
+                // it. Nothing to keep.
+                unused.push(slot);
+                l.forget(p);
+                c.finish(PageState::Untouched);
+                continue;
+            }
+            self.slots.set(p, slot);
+            let seq = self.deactivations.fetch_add(1, Ordering::Relaxed);
+            self.deactivation[p].store(seq, Ordering::Relaxed);
+            l.deactivated(p, cold);
+            let to = if c.from() == PageState::Dirty {
+                PageState::InactiveDirty
+            } else {
+                PageState::InactiveClean
+            };
+            c.finish(to);
+            n += 1;
+        }
+        drop(l);
+        self.slots.release(&unused);
+        self.counters
+            .deactivated
+            .fetch_add(n as u64, Ordering::Relaxed);
+        if n > 0 {
+            self.sizer
+                .costs
+                .deactivate(started.elapsed().as_nanos() as u64 / n as u64);
+        }
+        Evicted::Pages(n)
+    }
+
+    /// Gives deactivation victims back to the front of the lists they came from (their claims
+    /// restore their states).
+    fn give_back<'t>(&self, victims: impl IntoIterator<Item = (Claim<'t>, bool)>) {
+        let mut l = self.lists.lock().unwrap();
+        for (c, cold) in victims {
+            l.give_back(c.page(), cold);
+            drop(c);
+        }
+    }
+
+    /// Evicts up to `want` pages from the front of the inactive list.
+    fn evict(&self, want: usize) -> Evicted {
+        let table = &self.ctx.table;
+        let mut clean = Vec::new();
+        let mut dirty = Vec::new();
+        let cold = {
+            let mut l = self.lists.lock().unwrap();
+            let taken = l.take_for_eviction(want, |p| match table.get(p) {
+                // Taken back during a write-back and deactivated again: its new bytes must
+                // not reach the store before the old ones (they would be overwritten). It
+                // waits for the first write.
+                PageState::InactiveDirty if self.writing[p].load(Ordering::SeqCst) => Try::Busy,
+                PageState::Busy => Try::Busy,
+                PageState::InactiveClean | PageState::InactiveDirty => {
+                    match table.claim_if(p, |s| {
+                        matches!(s, PageState::InactiveClean | PageState::InactiveDirty)
+                    }) {
+                        Some(c) => {
+                            if c.from() == PageState::InactiveClean {
+                                clean.push(c);
+                            } else {
+                                dirty.push(c);
+                            }
+                            Try::Taken
+                        }
+                        None => Try::Busy,
+                    }
+                }
+                _ => Try::Stale,
+            });
+            taken.iter().filter(|(_, cold)| *cold).count()
+        };
+        if clean.is_empty() && dirty.is_empty() {
+            return Evicted::NoVictim;
+        }
+        let n = clean.len() + dirty.len();
+        self.ctx
+            .counters
+            .evicted_cold
+            .fetch_add(cold as u64, Ordering::Relaxed);
+        self.sizer.evicted(n);
+        let unused = clean
+            .iter()
+            .chain(&dirty)
+            .filter(|c| self.prefetched[c.page()].swap(false, Ordering::Relaxed))
+            .count();
+        self.counters
+            .prefetched_evicted_unused
+            .fetch_add(unused as u64, Ordering::Relaxed);
+        // Clean: the store's copy is current (or the page is all zeros and never stored).
+        let mut freed = Vec::with_capacity(clean.len());
+        for c in clean {
+            let p = c.page();
+            if let Some(s) = self.slots.take(p) {
+                freed.push(s);
+            }
+            if table.is_stored(p) {
+                self.ctx
+                    .counters
+                    .evicted_clean
+                    .fetch_add(1, Ordering::Relaxed);
+                c.finish(PageState::Remote);
+            } else {
+                self.ctx
+                    .counters
+                    .evicted_zero
+                    .fetch_add(1, Ordering::Relaxed);
+                c.finish(PageState::Untouched);
+            }
+        }
+        self.slots.release(&freed);
+        if !dirty.is_empty() {
+            self.write_back(dirty);
+        }
+        Evicted::Pages(n)
+    }
+
+    /// Writes inactive dirty pages back from their slots. While the write is in flight the
+    /// pages are `Writeback`: a fault may take one back (the slot's bytes do not change), and
+    /// the slot is freed here once nobody reads it.
+    fn write_back(&self, claims: Vec<Claim<'_>>) {
+        let table = &self.ctx.table;
+        let counters = &self.ctx.counters;
+        let mut batch: Vec<(usize, u32)> = Vec::with_capacity(claims.len());
+        let mut write_ids = Vec::with_capacity(claims.len());
+        let mut write_buf = Vec::with_capacity(claims.len() * PAGE_SIZE);
+        let mut to_free = Vec::new();
+        let mut zero_slots = Vec::new();
+        for c in claims {
+            let p = c.page();
+            let slot = self
+                .slots
+                .of(p)
+                .unwrap_or_else(|| self.ctx.die(&format!("inactive heap page {p} has no slot")));
+            // SAFETY: the slot belongs to page p, which this call has claimed; nobody writes
+            // a slot while its page is inactive.
+            let bytes = unsafe { std::slice::from_raw_parts(self.slots.ptr(slot), PAGE_SIZE) };
+            if bytes.iter().all(|b| *b == 0) {
+                self.slots.take(p);
+                zero_slots.push(slot);
+                if table.set_stored(p, false) {
+                    to_free.push(p as u64);
+                }
+                counters.evicted_zero.fetch_add(1, Ordering::Relaxed);
+                c.finish(PageState::Untouched);
+                continue;
+            }
+            write_ids.push(p as u64);
+            write_buf.extend_from_slice(bytes);
+            batch.push((p, slot));
+            self.writing[p].store(true, Ordering::SeqCst);
+            c.finish(PageState::Writeback);
+        }
+        self.slots.release(&zero_slots);
+        if !to_free.is_empty() && self.ctx.store.free_pages(&to_free).is_ok() {
+            // Losing a free only wastes remote space; never fatal.
+            counters
+                .pages_freed_remote
+                .fetch_add(to_free.len() as u64, Ordering::Relaxed);
+        }
+        if batch.is_empty() {
+            return;
+        }
+        self.writeback.fetch_add(batch.len(), Ordering::Relaxed);
+        if let Err(e) = self.ctx.store.write_pages(&write_ids, &write_buf) {
+            self.ctx.die(&format!(
+                "cannot write back {} heap pages starting at page {} ({:#x}) to {}: {e}",
+                write_ids.len(),
+                write_ids[0],
+                self.ctx.page_addr(write_ids[0] as usize),
+                self.ctx.store.describe_page(write_ids[0])
+            ));
+        }
+        counters
+            .pages_written
+            .fetch_add(write_ids.len() as u64, Ordering::Relaxed);
+        let mut done = Vec::with_capacity(batch.len());
+        let mut evicted = 0;
+        for (p, slot) in batch {
+            table.set_stored(p, true);
+            self.writing[p].store(false, Ordering::SeqCst);
+            loop {
+                match table.claim(p, PageState::Writeback) {
+                    Some(c) if self.slots.of(p) == Some(slot) => {
+                        self.slots.take(p);
+                        self.writeback.fetch_sub(1, Ordering::Relaxed);
+                        c.finish(PageState::Remote);
+                        evicted += 1;
+                        break;
+                    }
+                    // Taken back by a fault and written out again since: not ours.
+                    Some(c) => break drop(c),
+                    // A fault holds the page and may be reading our slot: wait for it.
+                    None if table.get(p) == PageState::Busy => std::thread::yield_now(),
+                    // Taken back and mapped (or its range unmapped): the slot is ours.
+                    None => break,
+                }
+            }
+            done.push(slot);
+        }
+        self.slots.release(&done);
+        counters
+            .evicted_dirty
+            .fetch_add(evicted as u64, Ordering::Relaxed);
+    }
+}

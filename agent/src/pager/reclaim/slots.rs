@@ -1,0 +1,63 @@
+//! Page-sized slots of our own memory that hold inactive pages' bytes while the pages are
+//! unmapped from the heap, and which page holds which slot.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use swap_backend::memory::AnonMemory;
+use swap_backend::PAGE_SIZE;
+
+const NO_SLOT: u32 = u32::MAX;
+
+pub(super) struct Slots {
+    mem: AnonMemory,
+    free: Mutex<Vec<u32>>,
+    /// The slot of each inactive page, [`NO_SLOT`] for others.
+    of_page: Box<[AtomicU32]>,
+}
+
+impl Slots {
+    pub fn new(capacity: usize, npages: usize) -> std::io::Result<Slots> {
+        Ok(Slots {
+            mem: AnonMemory::new(capacity.max(1) * PAGE_SIZE)?,
+            // Popped from the end: low slots are reused first, so the memory touched stays
+            // as small as the list has ever been.
+            free: Mutex::new((0..capacity as u32).rev().collect()),
+            of_page: (0..npages).map(|_| AtomicU32::new(NO_SLOT)).collect(),
+        })
+    }
+
+    /// Up to `n` free slots.
+    pub fn alloc(&self, n: usize) -> Vec<u32> {
+        let mut f = self.free.lock().unwrap();
+        let k = n.min(f.len());
+        let at = f.len() - k;
+        f.split_off(at)
+    }
+
+    pub fn release(&self, slots: &[u32]) {
+        if !slots.is_empty() {
+            self.free.lock().unwrap().extend_from_slice(slots);
+        }
+    }
+
+    pub fn ptr(&self, slot: u32) -> *mut u8 {
+        self.mem.page(slot as usize)
+    }
+
+    /// The slot page `p` holds, if any.
+    pub fn of(&self, p: usize) -> Option<u32> {
+        let s = self.of_page[p].load(Ordering::SeqCst);
+        (s != NO_SLOT).then_some(s)
+    }
+
+    pub fn set(&self, p: usize, slot: u32) {
+        self.of_page[p].store(slot, Ordering::SeqCst);
+    }
+
+    /// Takes page `p`'s slot away from it (the caller now owns the slot).
+    pub fn take(&self, p: usize) -> Option<u32> {
+        let s = self.of_page[p].swap(NO_SLOT, Ordering::SeqCst);
+        (s != NO_SLOT).then_some(s)
+    }
+}

@@ -1,0 +1,468 @@
+//! The agent's runtime in the JVM: loading (`Agent_OnLoad`: options, the memory server), the
+//! JVMTI callbacks (VMInit starts paging, GC events, VMDeath writes the stats) and the one
+//! runtime object they share.
+//!
+//! Life cycle: `Agent_OnLoad` parses options and connects to the memory server (so a bad
+//! option or an unreachable server stops the JVM before it runs); VMInit finds the reserved
+//! heap and starts the pager; VMDeath writes the stats. The pager is never stopped: the heap
+//! stays paged until the process exits.
+
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use crate::logging::log;
+use crate::options::{self, LogLevel, Options, Policy};
+use crate::pager::{Pager, PagerConfig};
+use crate::{gc_layout, heap, hooks, jvmti, model, policy, stats, threads};
+use swap_backend::fabric::FabricStore;
+use swap_backend::{
+    ClientOptions, LocalStore, Member, PageStore, ReplicatedStore, Scheme, ServerUrl, TcpStore,
+    PAGE_SIZE,
+};
+
+/// Exit status of a JVM stopped because a page could not be served correctly.
+pub const FATAL_EXIT_CODE: i32 = 70;
+
+/// Smallest budget the pager runs with: eviction batches and fill-ahead need some room.
+const MIN_BUDGET_PAGES: usize = 256;
+
+/// Stops the process: a page could not be served correctly, so the JVM must not run on.
+pub fn fatal(msg: &str) -> ! {
+    eprintln!("memliner: FATAL: {msg}; stopping the JVM rather than let it run on wrong bytes");
+    // SAFETY: _exit ends the process without running atexit handlers or unwinding, which is
+    // what we want while other threads may be blocked in heap faults.
+    unsafe { libc::_exit(FATAL_EXIT_CODE) }
+}
+
+struct Runtime {
+    options: Options,
+    store: Mutex<Option<Box<dyn PageStore>>>,
+    threads: &'static threads::JvmThreads,
+    pager: OnceLock<Pager>,
+    heap: OnceLock<stats::HeapInfo>,
+    /// The collector's dead space, read at the end of each collection (`dead=drop`).
+    layout: OnceLock<gc_layout::GcLayout>,
+    gc: stats::GcTimes,
+    started: Instant,
+}
+
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// The classifier lives for the whole process; the pager gets this forwarding handle.
+struct StaticClassifier(&'static threads::JvmThreads);
+
+impl model::ThreadClassifier for StaticClassifier {
+    fn kind_of(&self, tid: u32) -> model::ThreadKind {
+        self.0.kind_of(tid)
+    }
+    fn in_gc_pause(&self) -> bool {
+        self.0.in_gc_pause()
+    }
+}
+
+/// Demand connections per server: one per handler thread; with faults served by their own
+/// threads, enough for the threads that fault at once (opened when first needed), so that
+/// one thread's read does not queue behind another's (graph at 25%: 1 connection 7.96 s,
+/// 4: 6.29 s, 8: 5.98 s, medians of 3, benchmarks/pager-compare.py).
+fn demand_connections(options: &Options) -> usize {
+    match options.faults {
+        model::FaultDelivery::Signal => options.handlers.max(8),
+        model::FaultDelivery::Thread => options.handlers,
+    }
+}
+
+fn connect(options: &Options) -> Result<Box<dyn PageStore>, String> {
+    let store = connect_servers(options)?;
+    Ok(match options.latency {
+        Some(l) => Box::new(swap_backend::LatencyStore::new(store, l)),
+        None => store,
+    })
+}
+
+fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
+    if options.servers.is_empty() {
+        return Ok(Box::new(LocalStore::new(u64::MAX / PAGE_SIZE as u64)));
+    }
+    let host = host_name();
+    // One namespace per JVM: host, pid and start time tell restarts with a reused pid apart.
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let namespace = format!("{host}/{}/{started:x}", std::process::id());
+    let token =
+        swap_backend::auth::load_token(options.token_file.as_deref().map(std::path::Path::new))?
+            .unwrap_or_default();
+    let connections = demand_connections(options);
+    let open = move |url: &ServerUrl, namespace: String| {
+        let client = ClientOptions {
+            token: token.clone(),
+            namespace,
+            connections,
+        };
+        match url.scheme {
+            Scheme::Tcp => TcpStore::connect(&url.authority(), client)
+                .map(|s| Box::new(s) as Box<dyn PageStore>),
+            Scheme::Fabric => FabricStore::connect(&url.authority(), client)
+                .map(|s| Box::new(s) as Box<dyn PageStore>),
+        }
+    };
+    if let [url] = options.servers.as_slice() {
+        return open(url, namespace).map_err(|e| format!("cannot use memory server {url}: {e}"));
+    }
+    let open = std::sync::Arc::new(open);
+    let members = options
+        .servers
+        .iter()
+        .map(|url| {
+            let (open, url, namespace) = (open.clone(), url.clone(), namespace.clone());
+            // After a loss, a namespace of its own: nothing the server kept from before (a
+            // namespace in its grace period) can be read as current.
+            Member::new(
+                url.to_string(),
+                Box::new(move |incarnation| {
+                    let ns = match incarnation {
+                        0 => namespace.clone(),
+                        n => format!("{namespace}/{n}"),
+                    };
+                    open(&url, ns)
+                }),
+            )
+        })
+        .collect();
+    Ok(Box::new(ReplicatedStore::new(members, options.replicas())?))
+}
+
+fn load(options_str: &str) -> Result<(), String> {
+    let env = std::env::var("MEMLINER_OPTIONS").unwrap_or_default();
+    let options = options::parse(&env, options_str)?;
+    crate::logging::set_level(options.log);
+    let store = if options.policy == Policy::Off {
+        None
+    } else {
+        if !options.server_given {
+            log!(
+                LogLevel::Warn,
+                "no server= given: evicted pages stay in this process's memory; give server=HOST:PORT for far memory (or server=local to silence this)"
+            );
+        }
+        match connect(&options) {
+            Ok(store) => Some(store),
+            Err(e) if options.fallback == options::Fallback::Local => {
+                eprintln!(
+                    "memliner: {e}; fallback=local: the JVM runs without far memory (evicted pages stay in its own memory)"
+                );
+                Some(Box::new(LocalStore::new(u64::MAX / PAGE_SIZE as u64)) as Box<dyn PageStore>)
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let rt = Runtime {
+        options,
+        store: Mutex::new(store),
+        threads: Box::leak(Box::default()),
+        pager: OnceLock::new(),
+        heap: OnceLock::new(),
+        layout: OnceLock::new(),
+        gc: stats::GcTimes::default(),
+        started: Instant::now(),
+    };
+    RUNTIME
+        .set(rt)
+        .map_err(|_| "the agent is loaded twice; give -agentpath once".to_string())
+}
+
+/// The pager's policy for the options given (`Off` never reaches the pager).
+fn policy_for(o: &Options) -> std::sync::Arc<dyn policy::PagingPolicy> {
+    let prefetch = o.prefetch > 0;
+    match o.policy {
+        Policy::MemLiner => std::sync::Arc::new(policy::MemLiner {
+            prefetch,
+            adaptive_dirty: o.dirty.adaptive().then(policy::WriteRatio::default),
+            scope: if o.streams == options::Streams::Thread {
+                policy::StreamScope::Thread
+            } else {
+                policy::StreamScope::Class
+            },
+        }),
+        Policy::Baseline | Policy::Off => std::sync::Arc::new(policy::Baseline { prefetch }),
+    }
+}
+
+/// Finds the heap and starts paging it (VMInit).
+fn start_paging(rt: &'static Runtime) -> Result<(), String> {
+    let found = heap::discover()?;
+    if found.collector == "Z" {
+        return Err("ZGC maps its heap several times over shared memory, which the pager does not handle; use G1, Parallel, Serial or Shenandoah".into());
+    }
+    let budget_asked = rt.options.budget.pages(found.bytes, PAGE_SIZE);
+    let budget = budget_asked.max(MIN_BUDGET_PAGES);
+    if budget != budget_asked {
+        log!(
+            LogLevel::Warn,
+            "local budget of {budget_asked} pages raised to the minimum of {MIN_BUDGET_PAGES}"
+        );
+    }
+    let store = rt
+        .store
+        .lock()
+        .unwrap()
+        .take()
+        .ok_or("no page store (started twice?)")?;
+    let store_name = store.describe();
+    let pager = Pager::start(
+        found.start,
+        found.bytes,
+        &found.spans,
+        PagerConfig {
+            budget_pages: budget,
+            handlers: rt.options.handlers,
+            track_dirty: rt.options.dirty.tracks(),
+            policy: policy_for(&rt.options),
+            prefetch_depth: rt.options.prefetch,
+            replacement: rt.options.reclaim,
+            delivery: rt.options.faults,
+            probe_every: (rt.options.probe_ms > 0)
+                .then(|| std::time::Duration::from_millis(rt.options.probe_ms)),
+            ..PagerConfig::default()
+        },
+        store,
+        Box::new(StaticClassifier(rt.threads)),
+        fatal,
+    )
+    .map_err(|e| format!("cannot register the heap with userfaultfd: {e}"))?;
+    log!(
+        LogLevel::Info,
+        "paging the {} heap at {:#x} ({}, found by {}): {} local of {}, pages go to {}, faults served by {}",
+        found.collector,
+        found.start,
+        swap_backend::units::format_size(found.bytes as u64),
+        found.discovery,
+        swap_backend::units::format_size((budget * PAGE_SIZE) as u64),
+        swap_backend::units::format_size(found.bytes as u64),
+        store_name,
+        match pager.delivery() {
+            model::FaultDelivery::Signal => "the faulting threads (SIGBUS)",
+            model::FaultDelivery::Thread => "handler threads",
+        }
+    );
+    if pager.delivery() != rt.options.faults {
+        log!(
+            LogLevel::Warn,
+            "faults=signal is not available here (kernel without UFFD_FEATURE_SIGBUS, not \
+             x86-64, or a library such as libjsig keeps another SIGBUS handler in front): \
+             fault-handler threads serve faults"
+        );
+    }
+
+    let dead_why_not = match found.layout {
+        Ok(l) => {
+            let _ = rt.layout.set(l);
+            None
+        }
+        Err(why) => {
+            log!(
+                LogLevel::Info,
+                "dead heap space is not dropped after collections: {why}"
+            );
+            Some(why)
+        }
+    };
+    let _ = rt.heap.set(stats::HeapInfo {
+        base: found.start,
+        bytes: found.bytes,
+        collector: found.collector.to_string(),
+        discovery: found.discovery,
+        spans: found.spans.len(),
+        dead_why_not,
+    });
+    let _ = rt.pager.set(pager);
+    if let Some(p) = rt.pager.get() {
+        hooks::attach(p);
+    }
+    Ok(())
+}
+
+/// This host's name, for stats paths (`%h`).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// When the stats document is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StatsMoment {
+    /// At VM death: to the `stats=` file, if any.
+    VmDeath,
+    /// On SIGQUIT (`memliner stats PID`, `kill -QUIT`): to the `stats=` file, else to the
+    /// JVM's temporary directory, where `memliner stats PID` looks.
+    Requested,
+}
+
+fn write_stats(rt: &Runtime, moment: StatsMoment) {
+    let template = rt.options.stats.as_deref();
+    if template.is_none() && moment == StatsMoment::VmDeath {
+        return;
+    }
+    let tmpdir = std::env::var("TMPDIR").ok();
+    let path = &options::dump_path(
+        template,
+        std::process::id(),
+        &host_name(),
+        tmpdir.as_deref(),
+    );
+    if let Some(dir) = std::path::Path::new(path).parent() {
+        // A stats directory shared by a job's executors may not exist yet.
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let doc = stats::document(
+        &rt.options,
+        rt.heap.get(),
+        rt.pager.get(),
+        &rt.gc,
+        rt.started.elapsed(),
+    );
+    let tmp = format!("{path}.tmp{}", std::process::id());
+    let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    if let Err(e) = std::fs::write(&tmp, text + "\n").and_then(|_| std::fs::rename(&tmp, path)) {
+        log!(LogLevel::Error, "cannot write stats to {path}: {e}");
+    }
+}
+
+/// Runs a callback body, turning a panic into a fatal stop (unwinding into the JVM is undefined).
+fn guarded(what: &str, f: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        fatal(&format!("internal error in the {what} callback"));
+    }
+}
+
+unsafe extern "C" fn on_vm_init(_: *mut jvmti::JvmtiEnv, _: *mut jvmti::JniEnv, _: jvmti::JThread) {
+    guarded("VMInit", || {
+        let Some(rt) = RUNTIME.get() else { return };
+        rt.threads.java_thread_started();
+        if rt.options.policy == Policy::Off {
+            return;
+        }
+        if let Err(e) = start_paging(rt) {
+            if rt.options.fallback == options::Fallback::Local {
+                // The usual failures (no heap found, ZGC, no userfaultfd or no permission for
+                // it) come before anything is registered: the heap simply stays local.
+                eprintln!(
+                    "memliner: cannot page the Java heap: {e}; fallback=local: the JVM runs with its whole heap local"
+                );
+                return;
+            }
+            eprintln!("memliner: cannot page the Java heap: {e}");
+            // SAFETY: see `fatal`; nothing is paged yet, but the user asked for paging.
+            unsafe { libc::_exit(1) }
+        }
+    })
+}
+
+unsafe extern "C" fn on_vm_death(_: *mut jvmti::JvmtiEnv, _: *mut jvmti::JniEnv) {
+    guarded("VMDeath", || {
+        if let Some(rt) = RUNTIME.get() {
+            write_stats(rt, StatsMoment::VmDeath);
+        }
+    })
+}
+
+unsafe extern "C" fn on_thread_start(
+    _: *mut jvmti::JvmtiEnv,
+    _: *mut jvmti::JniEnv,
+    _: jvmti::JThread,
+) {
+    guarded("ThreadStart", || {
+        if let Some(rt) = RUNTIME.get() {
+            rt.threads.java_thread_started();
+        }
+    })
+}
+
+unsafe extern "C" fn on_data_dump(_: *mut jvmti::JvmtiEnv) {
+    guarded("DataDumpRequest", || {
+        if let Some(rt) = RUNTIME.get() {
+            write_stats(rt, StatsMoment::Requested);
+        }
+    })
+}
+
+unsafe extern "C" fn on_gc_start(_: *mut jvmti::JvmtiEnv) {
+    // No allocation or locking beyond a short mutex: the VM is at a safepoint.
+    guarded("GarbageCollectionStart", || {
+        if let Some(rt) = RUNTIME.get() {
+            rt.threads.set_in_pause(true);
+            rt.gc.pause_started();
+        }
+    })
+}
+
+unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
+    guarded("GarbageCollectionFinish", || {
+        if let Some(rt) = RUNTIME.get() {
+            rt.threads.set_in_pause(false);
+            if let Some(p) = rt.pager.get() {
+                if let Some(l) = rt.layout.get() {
+                    let mut dead = Vec::new();
+                    // SAFETY: this is the GarbageCollectionFinish callback, which HotSpot runs
+                    // at the safepoint that ends the collection.
+                    unsafe { l.dead_ranges(&mut dead) };
+                    p.release_dead(&dead);
+                }
+                p.gc_pause_finished();
+            }
+            rt.gc.pause_finished();
+        }
+    })
+}
+
+/// The JVM calls this when it loads the agent (`-agentpath:...=options`).
+///
+/// # Safety
+/// Called by the JVM with its `JavaVM*` and a NUL-terminated option string (or null).
+#[no_mangle]
+pub unsafe extern "C" fn Agent_OnLoad(
+    vm: *mut jvmti::JavaVm,
+    options: *const c_char,
+    _reserved: *mut c_void,
+) -> i32 {
+    let opts = if options.is_null() {
+        String::new()
+    } else {
+        // SAFETY: the JVM passes a NUL-terminated string.
+        unsafe { CStr::from_ptr(options) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let result = std::panic::catch_unwind(|| -> Result<(), String> {
+        load(&opts)?;
+        // SAFETY: vm is the JavaVM* of this Agent_OnLoad call.
+        let env = unsafe { jvmti::JavaVm::jvmti(vm) }?;
+        // SAFETY: env is live and we are in the OnLoad phase.
+        unsafe { jvmti::JvmtiEnv::add_capabilities(env) }?;
+        let mut cbs: jvmti::Callbacks = [std::ptr::null(); 37];
+        let slot = |e: u32| (e - jvmti::event::FIRST) as usize;
+        cbs[slot(jvmti::event::VM_INIT)] = on_vm_init as *const c_void;
+        cbs[slot(jvmti::event::VM_DEATH)] = on_vm_death as *const c_void;
+        cbs[slot(jvmti::event::THREAD_START)] = on_thread_start as *const c_void;
+        cbs[slot(jvmti::event::DATA_DUMP_REQUEST)] = on_data_dump as *const c_void;
+        cbs[slot(jvmti::event::GARBAGE_COLLECTION_START)] = on_gc_start as *const c_void;
+        cbs[slot(jvmti::event::GARBAGE_COLLECTION_FINISH)] = on_gc_finish as *const c_void;
+        // SAFETY: each callback has the signature of its event.
+        unsafe { jvmti::JvmtiEnv::set_callbacks(env, &cbs) }
+    });
+    match result {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            eprintln!("memliner: {e}");
+            1
+        }
+        Err(_) => {
+            eprintln!("memliner: internal error while loading the agent");
+            1
+        }
+    }
+}
