@@ -8,7 +8,10 @@
 # usage (printed) without a limit. Creates a zram swap device (hot_add) and a cgroup, and
 # removes both when the command ends, however it ends. Needs root.
 #
-# Prints on stderr, last: `kernel-baseline: max_usage=BYTES pgmajfault=N pswpin=N`.
+# Prints on stderr, last: `kernel-baseline: max_usage=BYTES max_anon=BYTES pgmajfault=N
+# pswpin=N pswpout=N`: the cgroup's peak charge, its peak anonymous RSS (sampled every 50 ms
+# while the command runs: what the limit actually left the process), its major faults, and
+# the pages swapped in and out meanwhile (system-wide counters; run nothing else).
 # Exit: the command's status; 3 with `SKIP: reason` on stderr when the setup is impossible.
 set -uo pipefail
 
@@ -55,7 +58,7 @@ cleanup() {
     fi
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap '[ -n "${child:-}" ] && kill "$child" 2>/dev/null; exit 130' INT TERM
 
 dev=$(cat /sys/class/zram-control/hot_add) || skip "cannot add a zram device"
 zdev="/sys/block/zram$dev"
@@ -70,14 +73,26 @@ if [ "$limit" != none ]; then
     echo "$limit" >"$cg/memory.limit_in_bytes" || skip "cannot set the memory limit"
 fi
 echo 100 >"$cg/memory.swappiness" 2>/dev/null
-pswpin0=$(awk '/^pswpin/ {print $2}' /proc/vmstat)
+vmstat() { awk -v k="$1" '$1 == k {print $2}' /proc/vmstat; }
+pswpin0=$(vmstat pswpin)
+pswpout0=$(vmstat pswpout)
 
 # The command runs in the cgroup; this shell stays outside it to clean up.
-bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$cg" "$@"
+bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$cg" "$@" &
+child=$!
+# The cgroup's anonymous RSS while it runs (memory.stat has no peak of it).
+max_anon=0
+while kill -0 "$child" 2>/dev/null; do
+    anon=$(awk '$1 == "total_rss" {print $2}' "$cg/memory.stat" 2>/dev/null)
+    [ -n "$anon" ] && [ "$anon" -gt "$max_anon" ] && max_anon=$anon
+    sleep 0.05
+done
+wait "$child"
 status=$?
 
-pswpin1=$(awk '/^pswpin/ {print $2}' /proc/vmstat)
 echo "kernel-baseline: max_usage=$(cat "$cg/memory.max_usage_in_bytes")" \
+    "max_anon=$max_anon" \
     "pgmajfault=$(awk '/^total_pgmajfault/ {print $2}' "$cg/memory.stat")" \
-    "pswpin=$((pswpin1 - pswpin0))" >&2
+    "pswpin=$(($(vmstat pswpin) - pswpin0))" \
+    "pswpout=$(($(vmstat pswpout) - pswpout0))" >&2
 exit $status

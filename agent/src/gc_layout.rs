@@ -341,3 +341,144 @@ impl GcLayout {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use swap_backend::PAGE_SIZE;
+
+    const PAGE: usize = PAGE_SIZE;
+
+    /// A word-addressed block of fake VM memory that stays put.
+    fn block(words: usize) -> &'static mut [usize] {
+        Box::leak(vec![0usize; words].into_boxed_slice())
+    }
+
+    fn addr(b: &[usize]) -> usize {
+        b.as_ptr() as usize
+    }
+
+    /// G1 as JDK 17 names it: a region table of three regions (free, old with `top` inside
+    /// its second page, eden full to its end); JDK 21+ names are tried second.
+    #[test]
+    fn g1_free_regions_and_the_space_above_top_are_dead() {
+        let base = 0x7f00_0000_0000usize;
+        let region = 64 * PAGE;
+        let regions: Vec<&mut [usize]> = (0..3).map(|_| block(8)).collect();
+        let (bottom, end, top, ty) = (0usize, 1usize, 2usize, 3usize);
+        let tags = [0i32, 16, 2]; // free, old, eden
+        let tops = [base, base + region + PAGE + 8, base + 3 * region];
+        let mut table = vec![];
+        for (i, r) in regions.into_iter().enumerate() {
+            r[bottom] = base + i * region;
+            r[end] = base + (i + 1) * region;
+            r[top] = tops[i];
+            r[ty] = tags[i] as u32 as usize;
+            table.push(addr(r));
+        }
+        let table: &'static [usize] = Box::leak(table.into_boxed_slice());
+        let heap = block(16);
+        // The heap's region table at word 4: base at +0 words, length at +1.
+        heap[4] = addr(table);
+        heap[5] = 3;
+        let universe = block(1);
+        universe[0] = addr(heap);
+        let w = std::mem::size_of::<usize>() as u64;
+        let vm = VmStructs::fake(
+            &[
+                ("Universe", "_collectedHeap", true, 0, addr(universe)),
+                ("G1CollectedHeap", "_hrm", false, 2 * w, 0),
+                ("HeapRegionManager", "_regions", false, 2 * w, 0),
+                ("G1HeapRegionTable", "_base", false, 0, 0),
+                ("G1HeapRegionTable", "_length", false, w, 0),
+                ("G1HeapRegion", "_bottom", false, bottom as u64 * w, 0),
+                ("G1HeapRegion", "_end", false, end as u64 * w, 0),
+                ("G1HeapRegion", "_top", false, top as u64 * w, 0),
+                ("G1HeapRegion", "_type", false, ty as u64 * w, 0),
+                ("G1HeapRegionType", "_tag", false, 0, 0),
+            ],
+            &[("G1HeapRegionType::FreeTag", 0)],
+        );
+        let l = GcLayout::find(&vm, "G1").unwrap();
+        let mut out = Vec::new();
+        // SAFETY: the fake structures above stand for a VM at a safepoint.
+        unsafe { l.dead_ranges(&mut out) };
+        assert_eq!(
+            out,
+            vec![
+                DeadRange {
+                    start: base,
+                    end: base + region,
+                    reason: Reason::FreeRegion
+                },
+                // `top` is inside page 1 of the old region: that page holds objects.
+                DeadRange {
+                    start: base + region + 2 * PAGE,
+                    end: base + 2 * region,
+                    reason: Reason::AboveTop
+                },
+            ],
+            "the full eden region holds nothing dead"
+        );
+    }
+
+    #[test]
+    fn parallel_spaces_are_dead_above_their_top_and_a_missing_field_is_named() {
+        let base = 0x7e00_0000_0000usize;
+        let space = |b: usize, t: usize, e: usize| {
+            let s = block(3);
+            s[0] = b;
+            s[1] = t;
+            s[2] = e;
+            addr(s)
+        };
+        // Eden emptied by a young collection, from-space with survivors, to-space empty,
+        // the old generation part full.
+        let young = block(3);
+        young[0] = space(base, base, base + 16 * PAGE);
+        young[1] = space(base + 16 * PAGE, base + 17 * PAGE, base + 20 * PAGE);
+        young[2] = space(base + 20 * PAGE, base + 20 * PAGE, base + 24 * PAGE);
+        let old = block(1);
+        old[0] = space(base + 32 * PAGE, base + 40 * PAGE - 1, base + 64 * PAGE);
+        let (young_slot, old_slot) = (block(1), block(1));
+        young_slot[0] = addr(young);
+        old_slot[0] = addr(old);
+        let universe = block(1);
+        universe[0] = addr(block(4));
+        let w = std::mem::size_of::<usize>() as u64;
+        let fields = [
+            ("Universe", "_collectedHeap", true, 0, addr(universe)),
+            (
+                "ParallelScavengeHeap",
+                "_young_gen",
+                true,
+                0,
+                addr(young_slot),
+            ),
+            ("ParallelScavengeHeap", "_old_gen", true, 0, addr(old_slot)),
+            ("PSYoungGen", "_eden_space", false, 0, 0),
+            ("PSYoungGen", "_from_space", false, w, 0),
+            ("PSYoungGen", "_to_space", false, 2 * w, 0),
+            ("PSOldGen", "_object_space", false, 0, 0),
+            ("MutableSpace", "_bottom", false, 0, 0),
+            ("MutableSpace", "_top", false, w, 0),
+            ("MutableSpace", "_end", false, 2 * w, 0),
+        ];
+        let l = GcLayout::find(&VmStructs::fake(&fields, &[]), "Parallel").unwrap();
+        let mut out = Vec::new();
+        // SAFETY: the fake structures above stand for a VM at a safepoint.
+        unsafe { l.dead_ranges(&mut out) };
+        let pages: Vec<(usize, usize)> = out
+            .iter()
+            .map(|r| ((r.start - base) / PAGE, (r.end - base) / PAGE))
+            .collect();
+        assert_eq!(pages, vec![(0, 16), (17, 20), (20, 24), (40, 64)]);
+        assert!(out.iter().all(|r| r.reason == Reason::AboveTop));
+        // A VM that does not describe a field gets no reader, and the error names it.
+        let err = GcLayout::find(&VmStructs::fake(&fields[..6], &[]), "Parallel").unwrap_err();
+        assert!(err.contains("PSOldGen::_object_space"), "{err}");
+        assert!(GcLayout::find(&VmStructs::fake(&fields, &[]), "Z")
+            .unwrap_err()
+            .contains("no dead-space reader"));
+    }
+}

@@ -297,6 +297,28 @@ impl VmStructs {
     }
 }
 
+#[cfg(test)]
+impl VmStructs {
+    /// Tables describing `fields` ((type, field, static, offset, static address)) and
+    /// `ints`, for tests of what reads them.
+    pub(crate) fn fake(fields: &[(&str, &str, bool, u64, usize)], ints: &[(&str, i32)]) -> Self {
+        VmStructs {
+            fields: fields
+                .iter()
+                .map(|&(t, f, is_static, offset, address)| Field {
+                    type_name: t.into(),
+                    field_name: f.into(),
+                    is_static,
+                    offset,
+                    address,
+                })
+                .collect(),
+            types: Vec::new(),
+            int_constants: ints.iter().map(|&(n, v)| (n.to_string(), v)).collect(),
+        }
+    }
+}
+
 /// `f` of the first of `names` that succeeds, else the first name's error.
 fn first_ok<N: Copy, T>(names: &[N], f: impl Fn(N) -> Result<T, String>) -> Result<T, String> {
     let mut first = None;

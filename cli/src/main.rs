@@ -156,23 +156,27 @@ enum Cmd {
         #[arg(long, value_name = "DURATION")]
         emulate_latency: Option<String>,
     },
-    /// Build the workloads and run the graph workload all-local, then at 25% local on the
-    /// embedded server under policy=baseline and policy=memliner, and compare.
+    /// Build the workloads and run one sized like a service (index, 1 GiB heap) all-local,
+    /// paged by memliner at 31% local on the embedded server, and under kernel swap to zram
+    /// with the same heap memory (where root, cgroup v1 and zram allow); compare the three
     Demo {
-        /// Workload: graph or kv.
-        #[arg(long, default_value = "graph")]
+        /// Workload: index, kv or graph.
+        #[arg(long, default_value = "index")]
         workload: String,
-        /// Local budget of the paged run.
-        #[arg(long, default_value = "25%")]
+        /// Local budget of the paged run, in percent of the heap.
+        #[arg(long, default_value = "31%")]
         local: String,
         /// Collector: G1, Parallel, Shenandoah, Serial.
         #[arg(long, default_value = "G1")]
         gc: String,
+        /// Java heap, MiB.
+        #[arg(long, default_value_t = 1024)]
+        heap_mb: u64,
     },
     /// The policy matrix: workloads x collectors x {no agent, baseline, memliner, kernel
-    /// swap to zram} x local {100, 50, 25, 13%}, with a report, CSV and plots.
+    /// swap to zram at the same heap memory} x local {100, 50, 31, 25%} on 1 GiB heaps, with a report, CSV and plots.
     Bench {
-        /// A shorter run (G1 only, 16 MiB heap, 2 repetitions; under 10 minutes on 2 cores).
+        /// A shorter run (G1 only, 64 MiB heap, 100 and 25% local, 2 repetitions; about 10 minutes on 2 cores).
         #[arg(long)]
         quick: bool,
         /// Add the Spark jobs (PageRank, group-by) on the first collector; needs
@@ -436,10 +440,29 @@ fn main() -> ExitCode {
             workload,
             local,
             gc,
-        } => match demo(&workload, &local, &gc) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(e),
-        },
+            heap_mb,
+        } => {
+            let demo = workloads::Workload::parse(&workload).and_then(|w| {
+                let local = local
+                    .trim_end_matches('%')
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|l| (1..=100).contains(l))
+                    .ok_or_else(|| {
+                        format!("bad --local '{local}': a percentage of the heap, 1-100%")
+                    })?;
+                Ok(memliner_cli::demo::Demo {
+                    workload: w,
+                    local,
+                    collector: gc,
+                    heap_mb,
+                })
+            });
+            match demo.and_then(|d| memliner_cli::demo::run(&d)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            }
+        }
         Cmd::Bench {
             quick,
             spark,
@@ -599,91 +622,4 @@ fn timestamp() -> String {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .unwrap_or_default();
     out.trim().to_string()
-}
-
-fn demo(workload: &str, local: &str, gc: &str) -> Result<(), String> {
-    let w = workloads::Workload::parse(workload)?;
-    let root = locate::project_root()?;
-    eprintln!("memliner: building the Java workloads");
-    let classes = workloads::ensure_built(&root)?;
-    let cmd: Vec<String> = vec![
-        locate::java().display().to_string(),
-        format!("-XX:+Use{gc}GC"),
-        "-Xms64m".into(),
-        "-Xmx64m".into(),
-        "-cp".into(),
-        classes.display().to_string(),
-        w.class().into(),
-    ];
-    let mut rows = Vec::new();
-    for (label, cfg) in [
-        (
-            "all local (no agent)".to_string(),
-            RunConfig {
-                agent: false,
-                ..RunConfig::default()
-            },
-        ),
-        (
-            format!("{local} local, policy=baseline"),
-            RunConfig {
-                local: local.into(),
-                policy: "baseline".into(),
-                ..RunConfig::default()
-            },
-        ),
-        (
-            format!("{local} local, policy=memliner"),
-            RunConfig {
-                local: local.into(),
-                ..RunConfig::default()
-            },
-        ),
-    ] {
-        eprintln!("memliner: running {} {label}", w.name());
-        let out = launch(&cfg, &cmd, true)?;
-        let result = workloads::parse_result(&out.stdout).ok_or_else(|| {
-            format!(
-                "{label}: the workload printed no RESULT line; stderr:\n{}",
-                out.stderr
-            )
-        })?;
-        if !out.status.success() || workloads::field(&result, "verified") != Some("true") {
-            return Err(format!(
-                "{label}: the workload failed ({}):\n{}",
-                out.status, out.stderr
-            ));
-        }
-        if let Some(s) = &out.stats {
-            for l in summary::lines(s) {
-                eprintln!("  {l}");
-            }
-        }
-        rows.push((
-            label,
-            out.wall.as_secs_f64(),
-            workloads::field(&result, "checksum")
-                .unwrap_or("?")
-                .to_string(),
-        ));
-    }
-    println!(
-        "\n{:<45} {:>10} {:>18}",
-        "configuration", "wall s", "checksum"
-    );
-    for (l, s, c) in &rows {
-        println!("{l:<45} {s:>10.2} {c:>18}");
-    }
-    let same = rows.iter().all(|r| r.2 == rows[0].2);
-    println!(
-        "\nat {local} local (embedded TCP server): baseline {:.2}x, memliner {:.2}x slower than all-local; memliner/baseline speedup {:.2}x; checksums {}",
-        rows[1].1 / rows[0].1,
-        rows[2].1 / rows[0].1,
-        rows[1].1 / rows[2].1,
-        if same { "match" } else { "DIFFER" }
-    );
-    if !same {
-        return Err("a paged run computed a different checksum".into());
-    }
-    Ok(())
 }

@@ -8,15 +8,18 @@ use std::process::Command;
 pub enum Workload {
     Graph,
     Kv,
+    /// An ordered record index: skewed read-modify-writes and range scans over a sorted map.
+    Index,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 2] = [Workload::Graph, Workload::Kv];
+    pub const ALL: [Workload; 3] = [Workload::Kv, Workload::Graph, Workload::Index];
 
     pub fn name(self) -> &'static str {
         match self {
             Workload::Graph => "graph",
             Workload::Kv => "kv",
+            Workload::Index => "index",
         }
     }
 
@@ -24,15 +27,15 @@ impl Workload {
         match self {
             Workload::Graph => "memliner.workloads.Graph",
             Workload::Kv => "memliner.workloads.KvCache",
+            Workload::Index => "memliner.workloads.Index",
         }
     }
 
     pub fn parse(s: &str) -> Result<Workload, String> {
-        match s {
-            "graph" => Ok(Workload::Graph),
-            "kv" => Ok(Workload::Kv),
-            _ => Err(format!("unknown workload '{s}' (choose graph or kv)")),
-        }
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| format!("unknown workload '{s}' (choose kv, graph or index)"))
     }
 }
 
@@ -138,6 +141,9 @@ mod tests {
         assert_eq!(field(&r, "checksum"), Some("ab"));
         assert_eq!(field(&r, "verified"), Some("true"));
         assert!(parse_result("no result").is_none());
-        assert!(Workload::parse("nope").unwrap_err().contains("graph or kv"));
+        assert!(Workload::parse("nope")
+            .unwrap_err()
+            .contains("kv, graph or index"));
+        assert_eq!(Workload::parse("index"), Ok(Workload::Index));
     }
 }

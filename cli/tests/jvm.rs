@@ -34,6 +34,7 @@ fn workload_args(w: Workload) -> Vec<String> {
     let a: &[&str] = match w {
         Workload::Graph => &["--nodes", "30000", "--rounds", "4"],
         Workload::Kv => &["--keys", "60000", "--ops", "150000", "--capacity", "30000"],
+        Workload::Index => &["--records", "60000", "--ops", "120000"],
     };
     a.iter().map(|s| s.to_string()).collect()
 }
@@ -169,6 +170,16 @@ fn cell_on(java: &str, w: Workload, gc: &str, local: u32, base: RunConfig) -> St
     let heap = s.heap.as_ref().unwrap();
     assert_eq!(heap.collector, gc, "{what}");
     assert_eq!(heap.discovery, "vmstructs", "{what}");
+    // A stock JDK's dead space is read after every collection, and dropped.
+    let dead = &pager.dead;
+    assert!(dead.on, "{what}: dead space not read: {:?}", dead.why_not);
+    if s.gc.pauses > 0 {
+        assert_eq!(
+            dead.collections, s.gc.pauses,
+            "{what}: dead space read after every pause"
+        );
+        assert!(dead.pages() > 0, "{what}: no dead page dropped: {dead:?}");
+    }
     let scheme = match cfg.transport {
         Transport::Tcp => "tcp://127.0.0.1:",
         Transport::Fabric => "fabric://127.0.0.1:",
@@ -260,6 +271,7 @@ cells!(baseline_cell {
     kv_g1_25_baseline: Workload::Kv, "G1", 25;
     kv_parallel_25_baseline: Workload::Kv, "Parallel", 25;
     kv_shenandoah_25_baseline: Workload::Kv, "Shenandoah", 25;
+    index_g1_25_baseline: Workload::Index, "G1", 25;
 });
 
 cells!(cell {
@@ -281,6 +293,12 @@ cells!(cell {
     kv_shenandoah_100: Workload::Kv, "Shenandoah", 100;
     kv_shenandoah_50: Workload::Kv, "Shenandoah", 50;
     kv_shenandoah_25: Workload::Kv, "Shenandoah", 25;
+    kv_serial_25: Workload::Kv, "Serial", 25;
+    index_g1_100: Workload::Index, "G1", 100;
+    index_g1_25: Workload::Index, "G1", 25;
+    index_parallel_25: Workload::Index, "Parallel", 25;
+    index_shenandoah_25: Workload::Index, "Shenandoah", 25;
+    index_serial_25: Workload::Index, "Serial", 25;
 });
 
 /// The cell over one-sided reads and writes (`fabric://`, libfabric's tcp provider on
@@ -1055,12 +1073,18 @@ fn hooks_cell(w: Workload, gc: &str, local: u32) {
         s.jdk
     );
     // Graph's collectors free regions in every run (G1 after each young pause, Shenandoah
-    // when it recycles the regions a cycle emptied): the JVM released them to the agent, and
-    // the checksum above says no live page went with them.
-    let r = &s.pager.as_ref().expect("paged").released;
+    // when it recycles the regions a cycle emptied): the JVM released them to the agent (or
+    // the agent found them free in the heap's layout at the end of a pause first), and the
+    // checksum above says no live page went with them.
+    let pager = s.pager.as_ref().expect("paged");
+    let r = &pager.released;
     assert!(r.remote <= r.pages, "{what}: {r:?}");
     if w == Workload::Graph {
-        assert!(r.pages > 0, "{what}: no freed region was released: {r:?}");
+        assert!(
+            r.pages + pager.dead.free_region.pages > 0,
+            "{what}: no freed region was released: {r:?}, dead space {:?}",
+            pager.dead
+        );
     }
     // kv's live set sits near G1's adaptive marking threshold at this size: most runs never
     // mark concurrently (the JVM then never looks for the hooks), some mark once (CI saw one).

@@ -42,13 +42,15 @@ pub(super) struct Budget {
 impl Budget {
     pub fn new(ctx: Arc<Ctx>) -> Budget {
         let (pages, npages) = (ctx.config.budget_pages, ctx.npages);
-        // A small reserve (1/256 of the budget, 16 pages to 8 MiB): the kernel keeps none in a
-        // memory cgroup, and every page of it is a page of the working set evicted early. A
-        // budget that holds the whole region needs none: evicting would only bring pages back.
+        // A small reserve (1/256 of the budget, 64 pages to 8 MiB, at most an eighth of a small
+        // budget): the kernel keeps none in a memory cgroup, and every page of it is a page of
+        // the working set evicted early; 64 pages absorb what the JVM touches between a heap
+        // re-mapping and its registration (adopted over the budget). A budget that holds the
+        // whole region needs none: evicting would only bring pages back.
         let (low, high) = if pages >= npages {
             (0, 0)
         } else {
-            let low = (pages / 256).clamp(16, 2048).min(pages / 4).max(1);
+            let low = (pages / 256).clamp(64, 2048).min(pages / 8).max(1);
             (low, (low * 2).min(pages / 2).max(low))
         };
         Budget {

@@ -690,17 +690,9 @@ impl<'a> Handler<'a> {
                 let Some(c) = ctx.table.claim(p, s) else {
                     return self.retry.push(ev);
                 };
-                let a = ctx.page_addr(p);
-                match ctx.uffd.write_protect(a, PAGE_SIZE, false, true) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        drop(c);
-                        return self.retry.push(ev);
-                    }
-                    Err(e) => ctx.die(&format!("cannot unprotect heap page {p} at {a:#x}: {e}")),
-                }
                 // A write is a reference the lists see without unmapping the page; under
-                // `memliner` a GC thread's write does not make a cold page hot.
+                // `memliner` a GC thread's write does not make a cold page hot. Told before the
+                // unprotect wakes the writer, so that what it sees next counts this write.
                 if s != PageState::Dirty
                     && ctx.config.policy.references(class)
                     && self
@@ -709,6 +701,15 @@ impl<'a> Handler<'a> {
                         .referenced(p, ctx.config.policy.promotes(class))
                 {
                     ctx.counters.promoted.fetch_add(1, Ordering::Relaxed);
+                }
+                let a = ctx.page_addr(p);
+                match ctx.uffd.write_protect(a, PAGE_SIZE, false, true) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        drop(c);
+                        return self.retry.push(ev);
+                    }
+                    Err(e) => ctx.die(&format!("cannot unprotect heap page {p} at {a:#x}: {e}")),
                 }
                 c.finish(PageState::Dirty);
                 if s != PageState::Dirty {

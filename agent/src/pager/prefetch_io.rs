@@ -26,7 +26,7 @@ use super::page_table::PageState;
 use super::reclaim::{Arrival, Reclaimer};
 use crate::model::ThreadClass;
 use crate::policy::{Admission, Source};
-use crate::prefetch::{PrefetchCounters, StreamKey, Streams};
+use crate::prefetch::{Governor, PrefetchCounters, StreamKey, Streams};
 use crate::uffd::CopyOutcome;
 
 /// A window to fetch: pages in stream order. A window of a stream keeps a marker; a GC hint
@@ -57,7 +57,9 @@ pub(super) struct Prefetcher {
     ctx: Arc<Ctx>,
     budget: Arc<Budget>,
     reclaim: Arc<Reclaimer>,
-    streams: Mutex<Streams>,
+    /// The streams and the governor of their blind windows (one lock: both are touched on
+    /// every window).
+    streams: Mutex<(Streams, Governor)>,
     jobs: Injector<Job>,
     /// Pages queued or being fetched.
     inflight: AtomicUsize,
@@ -79,7 +81,7 @@ impl Prefetcher {
         // together, stay small next to the budget.
         let depth = config.prefetch_depth.min(config.budget_pages / 8).max(1);
         Prefetcher {
-            streams: Mutex::new(Streams::new(depth)),
+            streams: Mutex::new((Streams::new(depth), Governor::default())),
             jobs: Injector::new(),
             max_inflight: (depth * 4 * config.prefetch_workers.max(1))
                 .min(config.budget_pages / 4)
@@ -120,6 +122,7 @@ impl Prefetcher {
 
     /// Counts a marker's window as used.
     pub fn credit_hit(&self, m: &Marker) {
+        self.streams.lock().unwrap().1.resolved(true);
         let c = &self.counters.by_class[m.class as usize];
         c.marker_hits.fetch_add(1, Ordering::Relaxed);
         c.hit_pages.fetch_add(m.window as u64, Ordering::Relaxed);
@@ -133,7 +136,9 @@ impl Prefetcher {
             return;
         };
         let window = {
-            let mut streams = pf.streams.lock().unwrap();
+            let mut guard = pf.streams.lock().unwrap();
+            let (streams, governor) = &mut *guard;
+            streams.blind = governor.blind_allowed();
             if hit {
                 streams.on_hit(key, p as u64, self.ctx.npages as u64)
             } else {
@@ -425,7 +430,9 @@ impl Prefetcher {
             pf.counters.by_class[class as usize]
                 .marker_misses
                 .fetch_add(1, Ordering::Relaxed);
-            pf.streams.lock().unwrap().on_wasted(stream, page);
+            let mut guard = pf.streams.lock().unwrap();
+            guard.1.resolved(false);
+            guard.0.on_wasted(stream, page);
         }
         self.note_tracked_pages(protect, job.class, mapped);
         c.windows.fetch_add(1, Ordering::Relaxed);

@@ -22,6 +22,7 @@ use super::context::Ctx;
 use super::os;
 use super::page_table::PageState;
 use super::parts::Parts;
+use super::signal::PROBE_LOCAL;
 
 /// Pages looked at, from a pseudo-random start, to find two remote ones.
 const SCAN: usize = 256;
@@ -77,7 +78,7 @@ pub(super) fn run(parts: &Parts, every: Duration) {
         // A local fault the same way (its page is served from memory, as a reactivation is):
         // what a sampled page that comes back costs its thread.
         if let Some(page) = own_page {
-            if let Some(ns) = load_own_page(ctx, page, LOCAL) {
+            if let Some(ns) = load_own_page(ctx, page, PROBE_LOCAL) {
                 parts.reclaim.sizer().costs.thread_local(ns);
                 let _ = ctx.latencies[slot]
                     .lock()
@@ -88,9 +89,6 @@ pub(super) fn run(parts: &Parts, every: Duration) {
         }
     }
 }
-
-/// `probe_source` naming no heap page: the probe's page is served from memory.
-const LOCAL: usize = usize::MAX;
 
 /// Reads one byte of heap page `p`; how long it took (ns), `None` if it failed.
 fn read_byte(ctx: &Ctx, p: usize) -> Option<u64> {
@@ -131,16 +129,4 @@ fn load_own_page(ctx: &Ctx, page: usize, p: usize) -> Option<u64> {
     let ns = t.elapsed().as_nanos() as u64;
     os::discard(page, PAGE_SIZE); // the next load faults again
     Some(ns)
-}
-
-/// The probe page's fault (in the probe thread's SIGBUS handler): the stored copy of
-/// the heap page the probe named, or zeros if the store has none (or it named none).
-pub(super) fn serve_probe(ctx: &Ctx, page: usize) {
-    let mut buf = [0u8; PAGE_SIZE];
-    let p = ctx.probe_source.load(Ordering::SeqCst);
-    if p != LOCAL && ctx.store.read_pages(&[p as u64], &mut buf).is_err() {
-        buf.fill(0);
-    }
-    // SAFETY: buf is a full page; `page` is the probe's registered page, missing.
-    let _ = unsafe { ctx.uffd.copy(page, buf.as_ptr(), PAGE_SIZE, false, false) };
 }

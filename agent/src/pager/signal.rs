@@ -31,6 +31,7 @@ use std::time::Instant;
 
 use swap_backend::PAGE_SIZE;
 
+use super::context::Ctx;
 use super::fault::Handler;
 use super::parts::Parts;
 
@@ -211,7 +212,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
             // SAFETY: `unregister` waits for `active` to drop before the pager goes away.
             let shared = unsafe { &*shared };
             if probe {
-                super::probe::serve_probe(&shared.ctx, addr & !(PAGE_SIZE - 1));
+                serve_probe(&shared.ctx, addr & !(PAGE_SIZE - 1));
                 s.active.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
@@ -295,4 +296,19 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
             }
         }
     }
+}
+
+/// `probe_source` naming no heap page: the probe's page is served from memory (a local fault).
+pub(super) const PROBE_LOCAL: usize = usize::MAX;
+
+/// The probe page's fault (in the probe thread's SIGBUS handler, see `probe`): the stored copy
+/// of the heap page the probe named, or zeros if the store has none (or it named none).
+fn serve_probe(ctx: &Ctx, page: usize) {
+    let mut buf = [0u8; PAGE_SIZE];
+    let p = ctx.probe_source.load(Ordering::SeqCst);
+    if p != PROBE_LOCAL && ctx.store.read_pages(&[p as u64], &mut buf).is_err() {
+        buf.fill(0);
+    }
+    // SAFETY: buf is a full page; `page` is the probe's registered page, missing.
+    let _ = unsafe { ctx.uffd.copy(page, buf.as_ptr(), PAGE_SIZE, false, false) };
 }

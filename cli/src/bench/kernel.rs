@@ -54,7 +54,8 @@ fn skip_reason(stderr: &str) -> String {
         .to_string()
 }
 
-/// The script's figures: `kernel-baseline: max_usage=B pgmajfault=N pswpin=N`.
+/// The script's figures: `kernel-baseline: max_usage=B max_anon=B pgmajfault=N pswpin=N
+/// pswpout=N`.
 fn figures(stderr: &str) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
     if let Some(line) = stderr
@@ -73,14 +74,48 @@ fn figures(stderr: &str) -> serde_json::Map<String, serde_json::Value> {
     m
 }
 
-/// Runs `cmd` under a memory limit of `limit` bytes (`None`: no limit, to measure).
-pub fn run(
+/// The cgroup limit that leaves a JVM `budget` bytes of heap memory: what it holds beside the
+/// heap (`usage`, its peak with no limit, less the `touched` heap bytes) plus the budget (or
+/// all it touches, if that is less).
+pub fn same_heap_memory(usage: f64, touched: f64, budget: f64) -> f64 {
+    usage - touched + budget.min(touched)
+}
+
+/// How a run under the kernel baseline ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ended {
+    /// It finished: its checksum and the workload's own time (ms).
+    Ran { checksum: String, workload_ms: f64 },
+    /// The cgroup's OOM killer stopped it.
+    OomKilled,
+    /// The setup is impossible here.
+    Skipped(String),
+}
+
+/// One run of a command under the kernel baseline.
+#[derive(Clone, Debug)]
+pub struct KernelRun {
+    pub ended: Ended,
+    /// The script's figures (`max_usage`, `max_anon`, `pgmajfault`, `pswpin`, `pswpout`) and
+    /// the limit.
+    pub figures: serde_json::Map<String, serde_json::Value>,
+    pub wall_ms: f64,
+}
+
+impl KernelRun {
+    pub fn figure(&self, key: &str) -> Option<f64> {
+        self.figures.get(key)?.as_f64()
+    }
+}
+
+/// Runs `cmd` (a workload printing a RESULT line) under a memory limit of `limit` bytes
+/// (`None`: no limit, to measure what it holds). `what` names it in errors.
+pub fn run_command(
     root: &Path,
     limit: Option<u64>,
     cmd: &[String],
-    p: &Planned,
     what: &str,
-) -> Result<Record, String> {
+) -> Result<KernelRun, String> {
     let mut full = vec![
         script(root).display().to_string(),
         limit.map_or("none".to_string(), |l| l.to_string()),
@@ -88,26 +123,53 @@ pub fn run(
     ];
     full.extend(cmd.iter().cloned());
     let out = launch(&no_agent(), &full, true)?;
-    let mut fig = figures(&out.stderr);
+    let mut figures = figures(&out.stderr);
     if let Some(l) = limit {
-        fig.insert("limit_bytes".into(), json!(l));
+        figures.insert("limit_bytes".into(), json!(l));
     }
+    use std::os::unix::process::ExitStatusExt;
+    let ended = match (out.status.code(), out.status.signal()) {
+        (Some(SKIP_STATUS), _) => Ended::Skipped(skip_reason(&out.stderr)),
+        // The cgroup's OOM killer sends SIGKILL; bash reports it as 137.
+        (Some(137), _) | (None, Some(9)) => Ended::OomKilled,
+        _ => {
+            let (checksum, workload_ms) = checked(&out, what)?;
+            Ended::Ran {
+                checksum,
+                workload_ms,
+            }
+        }
+    };
+    Ok(KernelRun {
+        ended,
+        figures,
+        wall_ms: out.wall.as_secs_f64() * 1e3,
+    })
+}
+
+/// A bench run of `cmd` under a memory limit of `limit` bytes (`None`: no limit, to measure).
+pub(super) fn run(
+    root: &Path,
+    limit: Option<u64>,
+    cmd: &[String],
+    p: &Planned,
+    what: &str,
+) -> Result<Record, String> {
+    let k = run_command(root, limit, cmd, what)?;
     let mut rec = Record {
-        kernel: Some(serde_json::Value::Object(fig)),
+        kernel: Some(serde_json::Value::Object(k.figures.clone())),
         ..super::blank(p, "ok".into())
     };
-    use std::os::unix::process::ExitStatusExt;
-    match (out.status.code(), out.status.signal()) {
-        (Some(SKIP_STATUS), _) => {
-            rec.outcome = format!("skipped: {}", skip_reason(&out.stderr));
-        }
-        // The cgroup's OOM killer sends SIGKILL; bash reports it as 137.
-        (Some(137), _) | (None, Some(9)) => rec.outcome = "oom-killed".into(),
-        _ => {
-            let (sum, ms) = checked(&out, what)?;
-            rec.checksum = sum;
-            rec.workload_ms = ms;
-            rec.wall_ms = out.wall.as_secs_f64() * 1e3;
+    match k.ended {
+        Ended::Skipped(why) => rec.outcome = format!("skipped: {why}"),
+        Ended::OomKilled => rec.outcome = "oom-killed".into(),
+        Ended::Ran {
+            checksum,
+            workload_ms,
+        } => {
+            rec.checksum = checksum;
+            rec.workload_ms = workload_ms;
+            rec.wall_ms = k.wall_ms;
         }
     }
     Ok(rec)
@@ -119,10 +181,14 @@ mod tests {
 
     #[test]
     fn figures_and_skip_reasons_are_read_from_the_script_output() {
-        let f = figures("noise\nkernel-baseline: max_usage=100 pgmajfault=7 pswpin=5\n");
+        let f = figures(
+            "noise\nkernel-baseline: max_usage=100 max_anon=90 pgmajfault=7 pswpin=5 pswpout=9\n",
+        );
         assert_eq!(f["max_usage"], 100);
+        assert_eq!(f["max_anon"], 90);
         assert_eq!(f["pgmajfault"], 7);
         assert_eq!(f["pswpin"], 5);
+        assert_eq!(f["pswpout"], 9);
         assert_eq!(
             skip_reason("SKIP: needs root to create a cgroup and a swap device\n"),
             "needs root to create a cgroup and a swap device"

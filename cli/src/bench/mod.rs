@@ -9,11 +9,14 @@
 //! Output in `benchmarks/results/<stamp>/`: `report.md`, `runs.csv` (one row per run),
 //! `raw.json` (everything, with the agent's stats), and PNG plots.
 
-mod kernel;
+mod cells;
+pub mod kernel;
 mod plots;
+mod replacement;
 mod report;
 pub mod spark;
 pub mod stores;
+mod versus_kernel;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -27,7 +30,7 @@ use crate::workloads::{self, Workload};
 use memliner_agent::stats::doc::StatsDoc;
 
 /// Local memory ratios of the matrix, in percent of the heap.
-pub const LOCALS: [u32; 4] = [100, 50, 25, 13];
+pub const LOCALS: [u32; 4] = [100, 50, 31, 25];
 /// Local ratios of the (minutes-long) Spark jobs.
 pub const SPARK_LOCALS: [u32; 2] = [100, 25];
 
@@ -145,14 +148,15 @@ pub struct BenchConfig {
 }
 
 impl BenchConfig {
-    /// Under 10 minutes on 2 cores: G1, both workloads on a 16 MiB heap, 2 repetitions.
+    /// About 10 minutes on 2 cores: G1, the three Java workloads on a 64 MiB heap (JVM
+    /// start-up weighs in), 100 and 25% local, 2 repetitions.
     pub fn quick(out: PathBuf) -> Self {
         BenchConfig {
             reps: 2,
             collectors: vec!["G1".into()],
             workloads: Workload::ALL.map(BenchWorkload::Java).to_vec(),
-            locals: LOCALS.to_vec(),
-            heap_mb: 16,
+            locals: vec![100, 25],
+            heap_mb: 64,
             kernel: true,
             kernel_only: false,
             out,
@@ -165,13 +169,16 @@ impl BenchConfig {
         }
     }
 
+    /// Sized like a service: a 1 GiB heap (all-local runs of 9-13 s), G1 and Shenandoah, the
+    /// three Java workloads at 100, 50, 31 and 25% local, 3 repetitions (about 4 hours on 2
+    /// cores with the kernel rows).
     pub fn full(out: PathBuf) -> Self {
         BenchConfig {
-            reps: 2,
-            collectors: vec!["G1".into(), "Parallel".into(), "Shenandoah".into()],
+            reps: 3,
+            collectors: vec!["G1".into(), "Shenandoah".into()],
             workloads: Workload::ALL.map(BenchWorkload::Java).to_vec(),
             locals: LOCALS.to_vec(),
-            heap_mb: 32,
+            heap_mb: 1024,
             kernel: true,
             kernel_only: false,
             out,
@@ -247,8 +254,8 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 /// Collectors the GC hooks patch.
 pub const HOOKED_COLLECTORS: [&str; 2] = ["G1", "Shenandoah"];
 
-/// The JVM command line of a Java workload, its live set scaled with the heap (the defaults
-/// are sized for 64 MiB).
+/// The JVM command line of a Java workload, its live set and its work scaled with the heap (the
+/// sizes below are for 64 MiB; at 1 GiB the runs take 9-13 s all-local here).
 pub fn java_command(classes: &Path, w: Workload, collector: &str, heap_mb: u64) -> Vec<String> {
     let mut cmd: Vec<String> = vec![
         crate::locate::java().display().to_string(),
@@ -270,6 +277,12 @@ pub fn java_command(classes: &Path, w: Workload, collector: &str, heap_mb: u64) 
             scaled(100_000),
             "--ops".into(),
             scaled(300_000),
+        ]),
+        Workload::Index => cmd.extend([
+            "--records".into(),
+            scaled(75_000),
+            "--ops".into(),
+            scaled(62_500),
         ]),
     }
     cmd
@@ -345,8 +358,12 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                 for &local in &locals {
                     // Alternate which policy goes first, so that neither always runs on a
                     // machine the other just warmed or disturbed.
-                    // With the patched JDK (G1, Shenandoah) the hooked run joins the rotation.
+                    // With the patched JDK (G1, Shenandoah) the hooked run joins the rotation;
+                    // the pager without a network (in-process store) runs at every budget.
                     let mut order = vec![Mode::Baseline, Mode::Memliner];
+                    if java && local < 100 {
+                        order.push(Mode::MemlinerInProcess);
+                    }
                     if cfg.gc_hooks && HOOKED_COLLECTORS.contains(&c.as_str()) {
                         order.push(Mode::MemlinerGcHooks);
                     }
@@ -371,11 +388,10 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     out.push(p(Mode::MemlinerClassStreams, 25));
                 }
                 // The data path's own variants, on every Java workload of the first
-                // collector: reference sampling on, the pager without a network, and faults
-                // delivered to handler threads.
+                // collector: arrival-order replacement, and faults delivered to handler
+                // threads.
                 if !cfg.kernel_only && java && *c == cfg.collectors[0] {
                     out.push(p(Mode::MemlinerFifo, 25));
-                    out.push(p(Mode::MemlinerInProcess, 25));
                     out.push(p(Mode::MemlinerThreadFaults, 25));
                 }
                 // The transports side by side: tcp (the memliner cell), one-sided, in-process.
@@ -457,7 +473,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                     Mode::KernelCalibrate => Some(None),
                     _ => find(Mode::KernelCalibrate)
                         .zip(find(Mode::Memliner))
-                        .and_then(|(cal, m)| kernel_limit(cal, m, p.local))
+                        .and_then(|(cal, m)| kernel_limit(cal, m, p.local, cfg.heap_mb))
                         .map(Some),
                 };
                 match (&kernel_skip, limit) {
@@ -597,14 +613,16 @@ fn write_outputs(
     Ok(report_path)
 }
 
-/// The cgroup limit that takes from the kernel's JVM as many heap bytes as the agent takes
-/// from its own: the JVM's peak usage with no limit (`calibration`, no agent) less
-/// (100 - `local`)% of the heap pages the JVM touches (the agent's peak resident pages at
-/// 100% local).
-fn kernel_limit(calibration: &Record, all_local: &Record, local: u32) -> Option<f64> {
+/// The cgroup limit that leaves the kernel's JVM the heap memory the agent's budget leaves its
+/// own: what the JVM holds beside the heap (its peak usage with no limit, `calibration`, less
+/// the heap pages it touches, the agent's peak resident pages at 100% local) plus `local`% of
+/// the heap. A heap that touches less than that is not limited at all by it (nor paged by the
+/// agent).
+fn kernel_limit(calibration: &Record, all_local: &Record, local: u32, heap_mb: u64) -> Option<f64> {
     let usage = calibration.kernel.as_ref()?.get("max_usage")?.as_f64()?;
     let touched = all_local.stat(|d| Some(d.pager.as_ref()?.peak_resident_pages as f64))? * 4096.0;
-    Some(usage - touched * (100 - local) as f64 / 100.0)
+    let budget = (heap_mb << 20) as f64 * local as f64 / 100.0;
+    Some(kernel::same_heap_memory(usage, touched, budget))
 }
 
 /// For a paged cluster run: the directory its executors write their stats files into (they

@@ -7,9 +7,8 @@ use plotters::prelude::*;
 
 use memliner_agent::stats::doc::PrefetchClassDoc;
 
-use super::report::{
-    accuracy, app_demand, cell, class_remote, coverage, med, paged_workloads, pairs, prefetch,
-};
+use super::cells::{cell, med, paged_workloads, pairs};
+use super::report::{accuracy, app_demand, class_remote, coverage, prefetch};
 use super::{BenchConfig, Mode, Record};
 
 const FONT_FILES: [&str; 3] = [
@@ -52,9 +51,10 @@ fn legend<'a, CT: plotters::coord::CoordTranslate>(
         .map_err(e)
 }
 
-const MODES: [(Mode, RGBColor); 3] = [
+const MODES: [(Mode, RGBColor); 4] = [
     (Mode::Baseline, RGBColor(214, 39, 40)),
     (Mode::Memliner, RGBColor(31, 119, 180)),
+    (Mode::MemlinerInProcess, RGBColor(148, 103, 189)),
     (Mode::Kernel, RGBColor(44, 160, 44)),
 ];
 
@@ -72,6 +72,12 @@ pub fn draw(cfg: &BenchConfig, rs: &[Record], dir: &Path) -> Result<Vec<String>,
     {
         faults_by_class(cfg, rs, &dir.join("faults-by-class.png"))?;
         files.push("faults-by-class.png".to_string());
+        if rs.iter().any(|r| r.mode == Mode::Kernel && r.ok()) {
+            page_ins(cfg, rs, &dir.join("page-ins.png"))?;
+            files.push("page-ins.png".to_string());
+        }
+        lists(cfg, rs, &dir.join("lists.png"))?;
+        files.push("lists.png".to_string());
         prefetch_effect(cfg, rs, &dir.join("prefetch.png"))?;
         files.push("prefetch.png".to_string());
     }
@@ -148,6 +154,178 @@ fn slowdown(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String>
                 .map_err(e)?;
         }
         legend(&mut chart, SeriesLabelPosition::UpperRight, 12)?;
+    }
+    root.present().map_err(e)
+}
+
+/// Pages read in by each mode (the agent's reads from its server, the kernel's swap-ins) vs
+/// local ratio, log scale: one panel per workload and collector.
+fn page_ins(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String> {
+    let pairs = pairs(cfg, rs);
+    let cols = pairs.len().clamp(1, 3);
+    let rows = pairs.len().div_ceil(cols).max(1);
+    let root = BitMapBackend::new(path, (420 * cols as u32, 320 * rows as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let panels = root.split_evenly((rows, cols));
+    let reads = |r: &Record| -> Option<f64> {
+        match r.mode {
+            Mode::Kernel => r.kernel.as_ref()?.get("pswpin")?.as_f64(),
+            _ => r.stat(|d| Some(d.pager.as_ref()?.remote.pages_read as f64)),
+        }
+    };
+    let locals: Vec<u32> = cfg.locals.iter().copied().filter(|l| *l < 100).collect();
+    for (i, (w, c)) in pairs.iter().enumerate() {
+        let series: Vec<(Mode, RGBColor, Vec<(f64, f64)>)> = MODES
+            .iter()
+            .map(|&(m, color)| {
+                let pts = locals
+                    .iter()
+                    .map(|&l| (l as f64, med(&cell(rs, w, c, m, l), reads)))
+                    .filter(|p| p.1.is_finite() && p.1 > 0.0)
+                    .collect();
+                (m, color, pts)
+            })
+            .collect();
+        let top = series
+            .iter()
+            .flat_map(|s| s.2.iter().map(|p| p.1))
+            .fold(10.0, f64::max);
+        let bottom = series
+            .iter()
+            .flat_map(|s| s.2.iter().map(|p| p.1))
+            .fold(top, f64::min)
+            .max(1.0);
+        let mut chart = ChartBuilder::on(&panels[i])
+            .caption(format!("{w}, {c}: pages read in"), ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(32)
+            .y_label_area_size(60)
+            .build_cartesian_2d(
+                (*locals.iter().min().unwrap_or(&0) as f64 - 3.0)
+                    ..(*locals.iter().max().unwrap_or(&100) as f64 + 3.0),
+                (bottom / 2.0..top * 2.0).log_scale(),
+            )
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .x_desc("local memory, % of heap")
+            .y_desc("pages (reads; kernel: swap-ins)")
+            .label_style(("sans-serif", 12))
+            .draw()
+            .map_err(e)?;
+        for (m, color, pts) in series {
+            if pts.is_empty() {
+                continue;
+            }
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(e)?
+                .label(m.name())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
+                .map_err(e)?;
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperRight, 12)?;
+    }
+    root.present().map_err(e)
+}
+
+const LISTS: [(&str, RGBColor); 5] = [
+    ("active", RGBColor(31, 119, 180)),
+    ("probation", RGBColor(174, 199, 232)),
+    ("cold", RGBColor(255, 127, 14)),
+    ("inactive (sampled)", RGBColor(214, 39, 40)),
+    ("write-back, markers, in flight", RGBColor(127, 127, 127)),
+];
+
+/// Resident pages by list over one run (memliner at the smallest local ratio of the first
+/// collector, first repetition), stacked: one panel per workload.
+fn lists(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String> {
+    let c = &cfg.collectors[0];
+    let low = cfg
+        .locals
+        .iter()
+        .copied()
+        .filter(|l| *l < 100)
+        .min()
+        .unwrap_or(25);
+    let runs: Vec<(&String, &Record)> = paged_workloads(rs)
+        .iter()
+        .filter_map(|w| {
+            rs.iter()
+                .find(|r| {
+                    r.workload == *w
+                        && r.collector == *c
+                        && r.mode == Mode::Memliner
+                        && r.local == low
+                        && r.ok()
+                        && r.stats.is_some()
+                })
+                .map(|r| (&r.workload, r))
+        })
+        .collect();
+    let n = runs.len().max(1);
+    let root = BitMapBackend::new(path, (520 * n as u32, 340)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let panels = root.split_evenly((1, n));
+    for (i, (w, r)) in runs.iter().enumerate() {
+        let Some(p) = r.stats.as_ref().and_then(|d| d.pager.as_ref()) else {
+            continue;
+        };
+        let t = &p.reclaim.timeline;
+        let layers = |s: &memliner_agent::stats::doc::ListSampleDoc| -> [f64; 5] {
+            [
+                s.active as f64,
+                s.probation as f64,
+                s.cold as f64,
+                s.inactive as f64,
+                (s.writeback + s.other) as f64,
+            ]
+        };
+        let end_s = t.last().map_or(1.0, |s| s.ms / 1e3).max(0.1);
+        let mut chart = ChartBuilder::on(&panels[i])
+            .caption(
+                format!("{w}, {c}, {low}% local: resident pages by list"),
+                ("sans-serif", 15),
+            )
+            .margin(10)
+            .x_label_area_size(32)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..end_s, 0f64..p.budget_pages as f64 * 1.05)
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .x_desc("seconds since paging started")
+            .y_desc("pages")
+            .label_style(("sans-serif", 11))
+            .draw()
+            .map_err(e)?;
+        for (k, (name, color)) in LISTS.iter().enumerate() {
+            let upper: Vec<(f64, f64)> = t
+                .iter()
+                .map(|s| (s.ms / 1e3, layers(s)[..=k].iter().sum()))
+                .collect();
+            let lower: Vec<(f64, f64)> = t
+                .iter()
+                .map(|s| (s.ms / 1e3, layers(s)[..k].iter().sum()))
+                .collect();
+            let mut poly = upper.clone();
+            poly.extend(lower.into_iter().rev());
+            let color = *color;
+            chart
+                .draw_series(std::iter::once(Polygon::new(poly, color.filled())))
+                .map_err(e)?
+                .label(*name)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                });
+        }
+        legend(&mut chart, SeriesLabelPosition::LowerRight, 11)?;
     }
     root.present().map_err(e)
 }

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use memliner_agent::model::ThreadClass;
 use memliner_agent::stats::doc::{GcHooksDoc, PagerDoc, Percentiles, PrefetchClassDoc};
 
+use super::cells::{cell, med, paged_cells, paged_workloads, pairs, workloads_of};
 use super::{median, BenchConfig, Mode, Record};
 
 /// Figures measured outside the matrix.
@@ -66,31 +67,6 @@ pub fn coverage(p: &PrefetchClassDoc) -> Option<f64> {
     p.coverage
 }
 
-/// The records of one cell.
-pub fn cell<'a>(
-    rs: &'a [Record],
-    workload: &str,
-    collector: &str,
-    mode: Mode,
-    local: u32,
-) -> Vec<&'a Record> {
-    rs.iter()
-        .filter(|r| {
-            r.workload == workload && r.collector == collector && r.mode == mode && r.local == local
-        })
-        .collect()
-}
-
-/// Median of `f` over the runs of a cell that finished.
-pub fn med(cell: &[&Record], f: impl Fn(&Record) -> Option<f64>) -> f64 {
-    median(
-        cell.iter()
-            .filter(|r| r.ok())
-            .filter_map(|r| f(r))
-            .collect(),
-    )
-}
-
 fn wall(r: &Record) -> Option<f64> {
     Some(r.wall_ms)
 }
@@ -117,60 +93,6 @@ fn outcome_note(cell: &[&Record]) -> Option<String> {
         return None;
     }
     Some(cell[0].outcome.clone())
-}
-
-/// The workloads that were run, in run order.
-pub fn workloads_of(rs: &[Record]) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    for r in rs {
-        if !v.contains(&r.workload) {
-            v.push(r.workload.clone());
-        }
-    }
-    v
-}
-
-/// The workloads whose runs carry the agent's stats document, in run order (a cluster run's
-/// documents are its executors', summed in a section of their own).
-pub fn paged_workloads(rs: &[Record]) -> Vec<String> {
-    workloads_of(rs)
-        .into_iter()
-        .filter(|w| rs.iter().any(|r| r.workload == *w && r.stats.is_some()))
-        .collect()
-}
-
-/// The (workload, collector) pairs that were run, in run order.
-pub fn pairs(cfg: &BenchConfig, rs: &[Record]) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for w in workloads_of(rs) {
-        for c in &cfg.collectors {
-            if rs.iter().any(|r| r.workload == w && r.collector == *c) {
-                out.push((w.clone(), c.clone()));
-            }
-        }
-    }
-    out
-}
-
-/// The (workload, collector, local) cells that were run with the agent below 100% local, of
-/// the workloads whose runs carry the agent's stats.
-pub fn paged_cells(cfg: &BenchConfig, rs: &[Record]) -> Vec<(String, String, u32)> {
-    let mut out = Vec::new();
-    let paged = paged_workloads(rs);
-    for (w, c) in pairs(cfg, rs)
-        .into_iter()
-        .filter(|(w, _)| paged.contains(w))
-    {
-        for &l in cfg.locals.iter().filter(|l| **l < 100) {
-            if rs
-                .iter()
-                .any(|r| r.workload == w && r.collector == c && r.local == l)
-            {
-                out.push((w.clone(), c.clone(), l));
-            }
-        }
-    }
-    out
 }
 
 pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
@@ -229,17 +151,22 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
     let _ = writeln!(
         md,
         "Modes: **no-agent** (all local), **baseline** (`policy=baseline`: one global prefetch \
-         stream, one recency queue, every read-in page write-protected to track dirtiness), \
-         **memliner** (`policy=memliner`: pages the GC reads admitted cold, at once for \
-         concurrent tracing and when the pause ends for stop-the-world work; per-thread \
-         prefetch streams; dirty tracking per thread class while it pays), **kernel-zram** (no agent; \
-         the kernel swaps to zram under a cgroup v1 limit: the JVM's peak usage with no limit, \
-         less the non-local share of the heap pages it touches, as the agent counted them at \
-         100%). Local % is of the heap.\n"
+         stream, every page admitted alike, every read-in page write-protected to track \
+         dirtiness), **memliner** (`policy=memliner`: pages the GC reads admitted cold, at once \
+         for concurrent tracing and when the pause ends for stop-the-world work; per-thread \
+         prefetch streams; dirty tracking per thread class while it pays), \
+         **memliner-in-process** (memliner with the store in the JVM's own memory: the pager \
+         without a network), **kernel-zram** (no agent; the kernel swaps to zram under a \
+         cgroup v1 limit that leaves the JVM the same heap memory as the agent's budget). \
+         Both policies replace pages with the kernel's active and inactive lists and \
+         working-set detection (`reclaim=lru`) and drop the collector's dead space after \
+         every collection. Local % is of the heap; memory servers are embedded, on loopback.\n"
     );
     if let Some(why) = &x.kernel_skipped {
         let _ = writeln!(md, "Kernel baseline skipped: {why}.\n");
     }
+
+    super::versus_kernel::section(&mut md, cfg, rs);
 
     // Headline.
     if rs
@@ -347,6 +274,8 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
     gc_hooks_section(&mut md, cfg, rs);
 
     agent_sections(&mut md, cfg, rs);
+
+    super::replacement::section(&mut md, cfg, rs);
 
     // The data path's targets, per Java workload of the first collector.
     let mut target_rows = String::new();

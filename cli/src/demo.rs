@@ -1,0 +1,231 @@
+//! `memliner demo`: one workload sized like a service, all-local, then paged by memliner on the
+//! embedded server, then — where the machine allows (root, cgroup v1, zram) — the same JVM
+//! under kernel swap with the same heap memory, so the last line compares memliner with both
+//! all-local and what users would run instead.
+
+use std::path::Path;
+
+use crate::bench::{self, kernel};
+use crate::run::{launch, RunConfig};
+use crate::workloads::{self, Workload};
+use crate::{locate, summary};
+
+/// What the demo runs.
+#[derive(Clone, Debug)]
+pub struct Demo {
+    pub workload: Workload,
+    /// Local share of the heap, in percent.
+    pub local: u32,
+    pub collector: String,
+    pub heap_mb: u64,
+}
+
+/// One finished run.
+struct Row {
+    label: String,
+    wall_s: f64,
+    checksum: String,
+    /// Pages read in: from the memory server, or swapped in by the kernel.
+    page_ins: Option<u64>,
+}
+
+fn checked(out: &crate::run::RunOutcome, label: &str) -> Result<String, String> {
+    let result = workloads::parse_result(&out.stdout).ok_or_else(|| {
+        format!(
+            "{label}: the workload printed no RESULT line; stderr:\n{}",
+            out.stderr
+        )
+    })?;
+    if !out.status.success() || workloads::field(&result, "verified") != Some("true") {
+        return Err(format!(
+            "{label}: the workload failed ({}):\n{}",
+            out.status, out.stderr
+        ));
+    }
+    Ok(workloads::field(&result, "checksum")
+        .unwrap_or("?")
+        .to_string())
+}
+
+/// Runs `cmd` with the agent under `cfg`; the row and the run's stats.
+fn paged(
+    cfg: &RunConfig,
+    cmd: &[String],
+    label: String,
+) -> Result<(Row, Option<memliner_agent::stats::doc::StatsDoc>), String> {
+    eprintln!("memliner: running {label}");
+    let out = launch(cfg, cmd, true)?;
+    let checksum = checked(&out, &label)?;
+    let page_ins = out
+        .stats
+        .as_ref()
+        .and_then(|s| s.pager.as_ref())
+        .map(|p| p.remote.pages_read);
+    Ok((
+        Row {
+            label,
+            wall_s: out.wall.as_secs_f64(),
+            checksum,
+            page_ins,
+        },
+        out.stats,
+    ))
+}
+
+/// Why the kernel twin cannot run here, if it cannot.
+fn kernel_unavailable(root: &Path) -> Option<String> {
+    kernel::available(root).err()
+}
+
+pub fn run(d: &Demo) -> Result<(), String> {
+    let root = locate::project_root()?;
+    eprintln!("memliner: building the Java workloads");
+    let classes = workloads::ensure_built(&root)?;
+    let cmd = bench::java_command(&classes, d.workload, &d.collector, d.heap_mb);
+    let local = format!("{}%", d.local);
+    let kernel_skip = kernel_unavailable(&root);
+    let mut rows = Vec::new();
+
+    // All-local, no agent: the reference. Inside the kernel baseline's cgroup without a limit
+    // where it can run, which also measures what the JVM holds.
+    let label = "all local (no agent)".to_string();
+    eprintln!("memliner: running {label}");
+    let usage = match &kernel_skip {
+        None => {
+            let k = kernel::run_command(&root, None, &cmd, &label)?;
+            let kernel::Ended::Ran { checksum, .. } = k.ended.clone() else {
+                return Err(format!("{label} did not finish: {:?}", k.ended));
+            };
+            rows.push(Row {
+                label,
+                wall_s: k.wall_ms / 1e3,
+                checksum,
+                page_ins: None,
+            });
+            k.figure("max_usage")
+        }
+        Some(_) => {
+            let out = launch(
+                &RunConfig {
+                    agent: false,
+                    ..RunConfig::default()
+                },
+                &cmd,
+                true,
+            )?;
+            rows.push(Row {
+                checksum: checked(&out, &label)?,
+                label,
+                wall_s: out.wall.as_secs_f64(),
+                page_ins: None,
+            });
+            None
+        }
+    };
+
+    let (row, stats) = paged(
+        &RunConfig {
+            local: local.clone(),
+            ..RunConfig::default()
+        },
+        &cmd,
+        format!("{local} local, memliner (embedded TCP server)"),
+    )?;
+    if let Some(s) = &stats {
+        for l in summary::lines(s) {
+            eprintln!("  {l}");
+        }
+    }
+    rows.push(row);
+
+    // The kernel twin: the heap pages the JVM touches come from a run at 100% local.
+    let kernel_row = match (&kernel_skip, usage) {
+        (Some(why), _) => {
+            eprintln!("memliner: kernel swap at the same heap memory skipped: {why}");
+            None
+        }
+        (None, None) => None,
+        (None, Some(usage)) => {
+            let (_, full) = paged(
+                &RunConfig {
+                    local: "100%".into(),
+                    ..RunConfig::default()
+                },
+                &cmd,
+                "100% local, memliner (to count the heap pages touched)".into(),
+            )?;
+            let touched = full
+                .as_ref()
+                .and_then(|s| s.pager.as_ref())
+                .map(|p| p.peak_resident_pages as f64 * 4096.0)
+                .ok_or("the 100% run wrote no stats")?;
+            let budget = (d.heap_mb << 20) as f64 * d.local as f64 / 100.0;
+            let limit = kernel::same_heap_memory(usage, touched, budget) as u64;
+            let label = format!(
+                "kernel swap to zram, {} MiB cgroup limit (same heap memory)",
+                limit >> 20
+            );
+            eprintln!("memliner: running {label}");
+            let k = kernel::run_command(&root, Some(limit), &cmd, &label)?;
+            match k.ended.clone() {
+                kernel::Ended::Ran { checksum, .. } => {
+                    let row = Row {
+                        label,
+                        wall_s: k.wall_ms / 1e3,
+                        checksum,
+                        page_ins: k.figure("pswpin").map(|v| v as u64),
+                    };
+                    rows.push(row);
+                    Some(rows.len() - 1)
+                }
+                kernel::Ended::OomKilled => {
+                    eprintln!("memliner: {label}: the kernel's OOM killer stopped the JVM");
+                    None
+                }
+                kernel::Ended::Skipped(why) => {
+                    eprintln!("memliner: {label} skipped: {why}");
+                    None
+                }
+            }
+        }
+    };
+
+    println!(
+        "\n{:<62} {:>8} {:>10} {:>18}",
+        "configuration", "wall s", "page-ins", "checksum"
+    );
+    for r in &rows {
+        println!(
+            "{:<62} {:>8.2} {:>10} {:>18}",
+            r.label,
+            r.wall_s,
+            r.page_ins.map_or("".into(), |n| n.to_string()),
+            r.checksum
+        );
+    }
+    let same = rows.iter().all(|r| r.checksum == rows[0].checksum);
+    let (all_local, m) = (&rows[0], &rows[1]);
+    let vs_kernel = match kernel_row.map(|i| &rows[i]) {
+        Some(k) => format!(
+            "; kernel swap at the same heap memory {:.2}x all-local, memliner {:.2}x the kernel's time with {:.2}x its page-ins",
+            k.wall_s / all_local.wall_s,
+            m.wall_s / k.wall_s,
+            m.page_ins.unwrap_or(0) as f64 / k.page_ins.unwrap_or(0).max(1) as f64
+        ),
+        None => match &kernel_skip {
+            Some(why) => format!("; no kernel twin ({why})"),
+            None => "; the kernel twin did not finish".into(),
+        },
+    };
+    println!(
+        "\n{} {} MiB heap, {local} local: memliner {:.2}x all-local{vs_kernel}; checksums {}",
+        d.workload.name(),
+        d.heap_mb,
+        m.wall_s / all_local.wall_s,
+        if same { "match" } else { "DIFFER" }
+    );
+    if !same {
+        return Err("a run computed a different checksum".into());
+    }
+    Ok(())
+}
