@@ -285,7 +285,7 @@ impl Governor {
     /// Whether the next window may be blind.
     pub fn blind_allowed(&mut self) -> bool {
         self.asked += 1;
-        self.accuracy() >= Self::BLIND_MIN_ACCURACY || self.asked % Self::PROBE_EVERY == 0
+        self.accuracy() >= Self::BLIND_MIN_ACCURACY || self.asked.is_multiple_of(Self::PROBE_EVERY)
     }
 }
 
