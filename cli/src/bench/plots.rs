@@ -158,6 +158,9 @@ fn slowdown(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String>
     root.present().map_err(e)
 }
 
+/// One mode's line: its colour and points.
+type ModeLine = (Mode, RGBColor, Vec<(f64, f64)>);
+
 /// Pages read in by each mode (the agent's reads from its server, the kernel's swap-ins) vs
 /// local ratio, log scale: one panel per workload and collector.
 fn page_ins(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String> {
@@ -175,7 +178,7 @@ fn page_ins(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String>
     };
     let locals: Vec<u32> = cfg.locals.iter().copied().filter(|l| *l < 100).collect();
     for (i, (w, c)) in pairs.iter().enumerate() {
-        let series: Vec<(Mode, RGBColor, Vec<(f64, f64)>)> = MODES
+        let series: Vec<ModeLine> = MODES
             .iter()
             .map(|&(m, color)| {
                 let pts = locals
