@@ -186,6 +186,7 @@ fn command(w: Workload, gc: &str) -> Vec<String> {
     let args: &[&str] = match w {
         Workload::Graph => &["--nodes", "30000", "--rounds", "12"],
         Workload::Kv => &["--keys", "60000", "--ops", "200000", "--capacity", "30000"],
+        Workload::Index => &["--records", "60000", "--ops", "400000"],
     };
     c.extend(args.iter().map(|s| s.to_string()));
     c
