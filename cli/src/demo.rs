@@ -87,7 +87,7 @@ pub fn run(d: &Demo) -> Result<(), String> {
     let mut rows = Vec::new();
 
     // All-local, no agent: the reference. Inside the kernel baseline's cgroup without a limit
-    // where it can run, which also measures what the JVM holds.
+    // where it can run, which also measures what the JVM holds, and its heap.
     let label = "all local (no agent)".to_string();
     eprintln!("memliner: running {label}");
     let usage = match &kernel_skip {
@@ -102,7 +102,7 @@ pub fn run(d: &Demo) -> Result<(), String> {
                 checksum,
                 page_ins: None,
             });
-            k.figure("max_usage")
+            k.figure("max_usage").zip(k.figure("max_heap"))
         }
         Some(_) => {
             let out = launch(
@@ -138,27 +138,14 @@ pub fn run(d: &Demo) -> Result<(), String> {
     }
     rows.push(row);
 
-    // The kernel twin: the heap pages the JVM touches come from a run at 100% local.
+    // The kernel twin: what the JVM held beside its heap in the all-local run, plus the budget.
     let kernel_row = match (&kernel_skip, usage) {
         (Some(why), _) => {
             eprintln!("memliner: kernel swap at the same heap memory skipped: {why}");
             None
         }
         (None, None) => None,
-        (None, Some(usage)) => {
-            let (_, full) = paged(
-                &RunConfig {
-                    local: "100%".into(),
-                    ..RunConfig::default()
-                },
-                &cmd,
-                "100% local, memliner (to count the heap pages touched)".into(),
-            )?;
-            let touched = full
-                .as_ref()
-                .and_then(|s| s.pager.as_ref())
-                .map(|p| p.peak_resident_pages as f64 * 4096.0)
-                .ok_or("the 100% run wrote no stats")?;
+        (None, Some((usage, touched))) => {
             let budget = (d.heap_mb << 20) as f64 * d.local as f64 / 100.0;
             let limit = kernel::same_heap_memory(usage, touched, budget) as u64;
             let label = format!(

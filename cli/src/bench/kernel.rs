@@ -54,8 +54,8 @@ fn skip_reason(stderr: &str) -> String {
         .to_string()
 }
 
-/// The script's figures: `kernel-baseline: max_usage=B max_anon=B pgmajfault=N pswpin=N
-/// pswpout=N`.
+/// The script's figures: `kernel-baseline: max_usage=B max_anon=B max_heap=B pgmajfault=N
+/// pswpin=N pswpout=N`.
 fn figures(stderr: &str) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
     if let Some(line) = stderr

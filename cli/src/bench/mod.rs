@@ -66,6 +66,10 @@ pub enum Mode {
     MemlinerFabric,
     /// `policy=memliner` with two copies of every page on two embedded servers (`--replicas`).
     MemlinerReplicated,
+    /// `policy=memliner` with a budget of the heap memory the kernel actually left its JVM's
+    /// heap under the same limit (the kernel run's peak heap RSS): the kernel also swaps out
+    /// the JVM's cold memory beside the heap and gives the room to the heap.
+    MemlinerKernelHeap,
 }
 
 impl Mode {
@@ -84,6 +88,7 @@ impl Mode {
             Mode::MemlinerGcHooks => "memliner-gc-hooks",
             Mode::MemlinerFabric => "memliner-fabric",
             Mode::MemlinerReplicated => "memliner-replicated",
+            Mode::MemlinerKernelHeap => "memliner-at-kernel-heap",
         }
     }
 }
@@ -378,6 +383,9 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     // (which come first).
                     if cfg.kernel && java && local < 100 {
                         out.push(p(Mode::Kernel, local));
+                        if !cfg.kernel_only {
+                            out.push(p(Mode::MemlinerKernelHeap, local));
+                        }
                     }
                 }
                 if !cfg.kernel_only
@@ -472,15 +480,14 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 let limit = match p.mode {
                     Mode::KernelCalibrate => Some(None),
                     _ => find(Mode::KernelCalibrate)
-                        .zip(find(Mode::Memliner))
-                        .and_then(|(cal, m)| kernel_limit(cal, m, p.local, cfg.heap_mb))
+                        .and_then(|cal| kernel_limit(cal, p.local, cfg.heap_mb))
                         .map(Some),
                 };
                 match (&kernel_skip, limit) {
                     (Some(why), _) => skipped(p, why),
                     (None, None) => skipped(
                         p,
-                        "no calibration or memliner run at 100% to size the limit from",
+                        "no calibration run to size the limit from",
                     ),
                     (None, Some(limit)) => {
                         let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
@@ -488,10 +495,20 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                     }
                 }
             }
+            Mode::MemlinerKernelHeap
+                if !records.iter().any(|r| kernel_heap_of(r, p).is_some()) =>
+            {
+                skipped(p, "the kernel run under the same limit did not finish")
+            }
             _ => {
                 let mut rc = run_config(p, spark_env.is_some());
                 if rc.agent {
                     rc.latency = cfg.emulate_latency.clone();
+                }
+                if p.mode == Mode::MemlinerKernelHeap {
+                    if let Some(heap) = records.iter().find_map(|r| kernel_heap_of(r, p)) {
+                        rc.local = format!("{}k", heap as u64 / 1024);
+                    }
                 }
                 let executors_dir = executors_stats_dir(p, &mut rc);
                 let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
@@ -614,15 +631,28 @@ fn write_outputs(
 }
 
 /// The cgroup limit that leaves the kernel's JVM the heap memory the agent's budget leaves its
-/// own: what the JVM holds beside the heap (its peak usage with no limit, `calibration`, less
-/// the heap pages it touches, the agent's peak resident pages at 100% local) plus `local`% of
-/// the heap. A heap that touches less than that is not limited at all by it (nor paged by the
-/// agent).
-fn kernel_limit(calibration: &Record, all_local: &Record, local: u32, heap_mb: u64) -> Option<f64> {
-    let usage = calibration.kernel.as_ref()?.get("max_usage")?.as_f64()?;
-    let touched = all_local.stat(|d| Some(d.pager.as_ref()?.peak_resident_pages as f64))? * 4096.0;
+/// own: what the JVM holds beside the heap in the calibration run (its peak charge with no
+/// limit, less its heap's peak RSS, both measured in that run) plus `local`% of the heap. A heap
+/// that touches less than that is not limited at all by it (nor paged by the agent).
+fn kernel_limit(calibration: &Record, local: u32, heap_mb: u64) -> Option<f64> {
+    let k = calibration.kernel.as_ref()?;
+    let usage = k.get("max_usage")?.as_f64()?;
+    let heap = k.get("max_heap")?.as_f64()?;
     let budget = (heap_mb << 20) as f64 * local as f64 / 100.0;
-    Some(kernel::same_heap_memory(usage, touched, budget))
+    Some(kernel::same_heap_memory(usage, heap, budget))
+}
+
+/// The heap's peak RSS (bytes) in `r`, if `r` is the finished kernel run of `p`'s cell.
+fn kernel_heap_of(r: &Record, p: &Planned) -> Option<f64> {
+    let same = r.rep == p.rep
+        && r.workload == p.workload.name()
+        && r.collector == p.collector
+        && r.local == p.local
+        && r.mode == Mode::Kernel
+        && r.ok();
+    same.then(|| r.kernel.as_ref()?.get("max_heap")?.as_f64())
+        .flatten()
+        .filter(|h| *h > 0.0)
 }
 
 /// For a paged cluster run: the directory its executors write their stats files into (they
@@ -763,7 +793,7 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
             embedded_servers: 2,
             ..base
         },
-        Mode::Memliner => base,
+        Mode::Memliner | Mode::MemlinerKernelHeap => base,
     }
 }
 

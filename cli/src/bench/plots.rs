@@ -51,10 +51,11 @@ fn legend<'a, CT: plotters::coord::CoordTranslate>(
         .map_err(e)
 }
 
-const MODES: [(Mode, RGBColor); 4] = [
+const MODES: [(Mode, RGBColor); 5] = [
     (Mode::Baseline, RGBColor(214, 39, 40)),
     (Mode::Memliner, RGBColor(31, 119, 180)),
     (Mode::MemlinerInProcess, RGBColor(148, 103, 189)),
+    (Mode::MemlinerKernelHeap, RGBColor(23, 190, 207)),
     (Mode::Kernel, RGBColor(44, 160, 44)),
 ];
 

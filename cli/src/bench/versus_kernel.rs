@@ -21,9 +21,11 @@ pub struct Row {
     pub kernel_ms: f64,
     pub kernel_swapins: f64,
     pub kernel_swapouts: f64,
-    /// The cgroup's peak anonymous RSS, and its limit (bytes).
-    pub kernel_anon: f64,
+    /// The cgroup's limit, and the heap's peak RSS under it (bytes).
     pub kernel_limit: f64,
+    pub kernel_heap: f64,
+    /// memliner's budget (bytes).
+    pub budget: f64,
     pub memliner_ms: f64,
     /// Pages read from the memory server (demand and prefetch).
     pub memliner_reads: f64,
@@ -31,6 +33,9 @@ pub struct Row {
     pub in_process_reads: f64,
     pub baseline_ms: f64,
     pub baseline_reads: f64,
+    /// memliner with a budget of the kernel's heap RSS under the limit.
+    pub at_kernel_heap_ms: f64,
+    pub at_kernel_heap_reads: f64,
 }
 
 fn kernel_figure(r: &Record, key: &str) -> Option<f64> {
@@ -58,6 +63,7 @@ pub fn rows(cfg: &BenchConfig, rs: &[Record]) -> Vec<Row> {
             let m = cell(rs, &w, &c, Mode::Memliner, l);
             let ip = cell(rs, &w, &c, Mode::MemlinerInProcess, l);
             let b = cell(rs, &w, &c, Mode::Baseline, l);
+            let kh = cell(rs, &w, &c, Mode::MemlinerKernelHeap, l);
             out.push(Row {
                 workload: w.clone(),
                 collector: c.clone(),
@@ -71,14 +77,17 @@ pub fn rows(cfg: &BenchConfig, rs: &[Record]) -> Vec<Row> {
                 kernel_ms: med(&k, wall),
                 kernel_swapins: med(&k, |r| kernel_figure(r, "pswpin")),
                 kernel_swapouts: med(&k, |r| kernel_figure(r, "pswpout")),
-                kernel_anon: med(&k, |r| kernel_figure(r, "max_anon")),
                 kernel_limit: med(&k, |r| kernel_figure(r, "limit_bytes")),
+                kernel_heap: med(&k, |r| kernel_figure(r, "max_heap")),
+                budget: (cfg.heap_mb << 20) as f64 * f64::from(l) / 100.0,
                 memliner_ms: med(&m, wall),
                 memliner_reads: med(&m, reads),
                 in_process_ms: med(&ip, wall),
                 in_process_reads: med(&ip, reads),
                 baseline_ms: med(&b, wall),
                 baseline_reads: med(&b, reads),
+                at_kernel_heap_ms: med(&kh, wall),
+                at_kernel_heap_reads: med(&kh, reads),
             });
         }
     }
@@ -197,42 +206,48 @@ pub fn section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
         md,
         "The kernel swaps to zram under a cgroup v1 limit: what the JVM holds beside its heap \
          (its peak usage with no limit, less the heap pages it touches) plus the local share of \
-         the heap, which is memliner's budget. *Peak anon* is the cgroup's anonymous RSS, \
-         sampled while it ran. memliner's page reads are every page read from the memory \
+         the heap, which is memliner's budget, all measured in the calibration run (no agent, \
+         no limit). *Kernel heap* is the heap's peak RSS under the limit, sampled while it ran: \
+         what the kernel actually left it, beside memliner's budget (the kernel also swaps out \
+         the JVM's cold memory beside the heap and gives the room to the heap; *at kernel heap* \
+         is memliner with that much heap memory instead of its budget). memliner's page reads are every page read from the memory \
          server (demand and prefetch); the kernel's swap-ins are `pswpin` (readahead \
          included). Medians of the repetitions.\n"
     );
     let _ = writeln!(
         md,
-        "| workload | collector | local | kernel | limit / peak anon MiB | kernel swap-ins (outs) | memliner reads | reads / swap-ins | in-process reads | baseline reads |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| workload | collector | local | kernel | limit / kernel heap / budget MiB | kernel swap-ins (outs) | memliner reads | reads / swap-ins | in-process reads | baseline reads | at kernel heap: reads (/ swap-ins) |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for r in &rows {
         let _ = writeln!(
             md,
-            "| {} | {} | {}% | {} | {} / {} | {} ({}) | {} | **{}** | {} | {} |",
+            "| {} | {} | {}% | {} | {} / {} / {} | {} ({}) | {} | **{}** | {} | {} | {} ({}) |",
             r.workload,
             r.collector,
             r.local,
             kernel_state(r),
             mib(r.kernel_limit),
-            mib(r.kernel_anon),
+            mib(r.kernel_heap),
+            mib(r.budget),
             fmt(r.kernel_swapins, 0),
             fmt(r.kernel_swapouts, 0),
             fmt(r.memliner_reads, 0),
             ratio(r.memliner_reads, r.kernel_swapins),
             fmt(r.in_process_reads, 0),
             fmt(r.baseline_reads, 0),
+            fmt(r.at_kernel_heap_reads, 0),
+            ratio(r.at_kernel_heap_reads, r.kernel_swapins),
         );
     }
     let _ = writeln!(
         md,
-        "\n| workload | collector | local | all-local s | kernel | memliner (TCP) | in-process | baseline (TCP) | memliner / kernel | in-process / kernel |\n|---|---|---|---|---|---|---|---|---|---|"
+        "\n| workload | collector | local | all-local s | kernel | memliner (TCP) | in-process | baseline (TCP) | memliner / kernel | in-process / kernel | at kernel heap / kernel |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for r in &rows {
         let x = |ms: f64| ratio(ms, r.all_local_ms);
         let _ = writeln!(
             md,
-            "| {} | {} | {}% | {} | {} | {} | {} | {} | **{}** | **{}** |",
+            "| {} | {} | {}% | {} | {} | {} | {} | {} | **{}** | **{}** | {} |",
             r.workload,
             r.collector,
             r.local,
@@ -247,6 +262,7 @@ pub fn section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
             x(r.baseline_ms),
             ratio(r.memliner_ms, r.kernel_ms),
             ratio(r.in_process_ms, r.kernel_ms),
+            ratio(r.at_kernel_heap_ms, r.kernel_ms),
         );
     }
     let _ = writeln!(
@@ -288,14 +304,17 @@ mod tests {
             kernel_ms: 12_000.0,
             kernel_swapins: 10_000.0,
             kernel_swapouts: 20_000.0,
-            kernel_anon: 300.0 * f64::from(1 << 20),
             kernel_limit: 310.0 * f64::from(1 << 20),
+            kernel_heap: 270.0 * f64::from(1 << 20),
+            budget: 256.0 * f64::from(1 << 20),
             memliner_ms: 15_000.0,
             memliner_reads: 18_000.0,
             in_process_ms: 13_000.0,
             in_process_reads: 17_000.0,
             baseline_ms: 20_000.0,
             baseline_reads: 40_000.0,
+            at_kernel_heap_ms: 14_000.0,
+            at_kernel_heap_reads: 15_000.0,
         }
     }
 
