@@ -485,19 +485,14 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 };
                 match (&kernel_skip, limit) {
                     (Some(why), _) => skipped(p, why),
-                    (None, None) => skipped(
-                        p,
-                        "no calibration run to size the limit from",
-                    ),
+                    (None, None) => skipped(p, "no calibration run to size the limit from"),
                     (None, Some(limit)) => {
                         let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
                         kernel::run(&root, limit.map(|l| l as u64), &cmd, p, &what)?
                     }
                 }
             }
-            Mode::MemlinerKernelHeap
-                if !records.iter().any(|r| kernel_heap_of(r, p).is_some()) =>
-            {
+            Mode::MemlinerKernelHeap if !records.iter().any(|r| kernel_heap_of(r, p).is_some()) => {
                 skipped(p, "the kernel run under the same limit did not finish")
             }
             _ => {
