@@ -206,6 +206,9 @@ pub struct ClassCounters {
     pub dropped: AtomicU64,
     /// Windows dropped because the reclaimer's reserve of free budget was low.
     pub dropped_low_reserve: AtomicU64,
+    /// Windows not sent: the class's accuracy was below the chance that a page they would
+    /// push out comes back (see [`Governor::worth`]).
+    pub gated: AtomicU64,
 }
 
 /// All counters of the engine, indexed by `ThreadClass as usize`.
@@ -245,14 +248,15 @@ pub struct Streams {
     pub blind: bool,
 }
 
-/// Follows how many prefetched windows are used and says whether guesses without a trend
-/// are still worth their pages.
+/// Follows how many of one stream class's prefetched windows are used, and says whether its
+/// windows are still worth their pages: guesses without a trend, and any window at all.
 #[derive(Clone, Debug)]
 pub struct Governor {
     /// Moving average of resolved windows' outcomes (1 = used), in thousandths.
     accuracy: u32,
     resolved: u64,
     asked: u64,
+    weighed: u64,
 }
 
 impl Default for Governor {
@@ -261,6 +265,7 @@ impl Default for Governor {
             accuracy: 1000,
             resolved: 0,
             asked: 0,
+            weighed: 0,
         }
     }
 }
@@ -286,6 +291,16 @@ impl Governor {
     pub fn blind_allowed(&mut self) -> bool {
         self.asked += 1;
         self.accuracy() >= Self::BLIND_MIN_ACCURACY || self.asked.is_multiple_of(Self::PROBE_EVERY)
+    }
+
+    /// Whether a window is worth the pages it displaces. Once the budget is full every
+    /// prefetched page pushes one out, and `bar` is the chance that a page pushed out comes
+    /// back (refaults per eviction, `Reclaimer::pressure`): a window whose pages are used less
+    /// often than that brings in fewer pages than it sends back for later. Below the bar one
+    /// window in [`Self::PROBE_EVERY`] still goes, so that the accuracy can recover.
+    pub fn worth(&mut self, bar: f64) -> bool {
+        self.weighed += 1;
+        self.accuracy() >= bar || self.weighed.is_multiple_of(Self::PROBE_EVERY)
     }
 }
 
@@ -610,5 +625,26 @@ mod tests {
         let mut s = Stream::new(8);
         assert!(s.window(13, 1000, false).is_empty());
         assert!(!s.window(14, 1000, true).is_empty());
+    }
+
+    #[test]
+    fn windows_go_while_they_are_used_more_often_than_what_they_push_out_comes_back() {
+        let mut g = Governor::default();
+        // Six windows in ten used.
+        for i in 0..400 {
+            g.resolved(i % 10 < 6);
+        }
+        assert!((g.accuracy() - 0.6).abs() < 0.1, "{}", g.accuracy());
+        // Memory not full yet (nothing comes back): every window goes.
+        assert!((0..64).all(|_| g.worth(0.0)));
+        assert!((0..64).all(|_| g.worth(0.4)));
+        // Nine evicted pages in ten come back: only probes go.
+        let sent = (0..64).filter(|_| g.worth(0.9)).count();
+        assert_eq!(sent as u64, 64 / Governor::PROBE_EVERY);
+        // The probes find the windows used again: all go.
+        for _ in 0..200 {
+            g.resolved(true);
+        }
+        assert!((0..64).all(|_| g.worth(0.9)));
     }
 }

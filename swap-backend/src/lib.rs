@@ -13,6 +13,7 @@ pub mod fabric;
 pub mod fabric_ffi;
 pub mod memory;
 pub mod metrics;
+mod page_map;
 pub mod protocol;
 pub mod rdma_stack;
 pub mod replica;

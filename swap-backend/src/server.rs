@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::auth::{same_secret, SessionKey};
 use crate::fabric::Target;
+use crate::page_map::PageMap;
 use crate::protocol::{self, code, read_frame, FrameError, HelloOk, Reply, Request, PAGE_SIZE};
 
 /// How the server runs.
@@ -85,7 +86,7 @@ impl ServerConfig {
 struct Namespace {
     /// Presented by every later hello that attaches here.
     key: SessionKey,
-    pages: Mutex<HashMap<u64, Box<[u8]>>>,
+    pages: PageMap,
     connections: AtomicU64,
     /// Pages this namespace holds (its own and its one-sided slots), for the quota.
     held: AtomicU64,
@@ -446,7 +447,7 @@ impl Drop for Attachment<'_> {
 
 /// Frees the pages of a namespace nobody can reach any more.
 fn free_namespace(shared: &Shared, name: &str, ns: &Namespace, by: &str) {
-    let freed = lock(&ns.pages).drain().count() as u64;
+    let freed = ns.pages.clear();
     give_back(shared, ns, freed);
     if shared.config.verbose {
         eprintln!("memliner-server: namespace '{name}' freed ({freed} pages; last held by {by})");
@@ -669,7 +670,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                 Ok(key) => {
                     let ns = Arc::new(Namespace {
                         key,
-                        pages: Mutex::new(HashMap::new()),
+                        pages: PageMap::default(),
                         connections: AtomicU64::new(1),
                         held: AtomicU64::new(0),
                         detached: Mutex::new(None),
@@ -745,20 +746,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
         match request {
             Request::Read { ids } => {
                 out.clear();
-                let missing = {
-                    let pages = lock(&ns.pages);
-                    let mut missing = None;
-                    for id in ids.iter() {
-                        match pages.get(id) {
-                            Some(p) => out.extend_from_slice(p),
-                            None => {
-                                missing = Some(*id);
-                                break;
-                            }
-                        }
-                    }
-                    missing
-                };
+                let missing = ns.pages.read_into(&ids, &mut out).err();
                 if let Some(id) = missing {
                     let msg = format!("page {id} is not stored in namespace '{name}'");
                     ns_error(&ns, &mut writer, h.request, code::NOT_FOUND, &msg).map_err(io)?;
@@ -773,22 +761,21 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                     .map_err(io)?;
             }
             Request::Write { ids, data } => {
-                let mut pages = lock(&ns.pages);
-                let new = ids.iter().filter(|id| !pages.contains_key(id)).count() as u64;
+                let new = ns.pages.missing(&ids);
                 if let Err((c, msg)) = reserve(shared, &ns, &name, new, new) {
-                    drop(pages);
                     ns_error(&ns, &mut writer, h.request, c, &msg).map_err(io)?;
                     continue;
                 }
-                for (id, src) in ids.iter().zip(data.chunks_exact(PAGE_SIZE)) {
-                    match pages.get_mut(id) {
-                        Some(p) => p.copy_from_slice(src),
-                        None => {
-                            pages.insert(*id, src.into());
-                        }
-                    }
+                // Counted and stored shard by shard: another connection of the namespace may
+                // have stored or freed one of these pages in between (the pager never writes
+                // a page from two connections at once). Settle the difference.
+                let added = ns.pages.write(&ids, data);
+                if added < new {
+                    give_back(shared, &ns, new - added);
+                } else if added > new {
+                    ns.held.fetch_add(added - new, Ordering::SeqCst);
+                    shared.used_pages.fetch_add(added - new, Ordering::SeqCst);
                 }
-                drop(pages);
                 shared
                     .pages_written
                     .fetch_add(ids.len() as u64, Ordering::Relaxed);
@@ -799,10 +786,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                     .map_err(io)?;
             }
             Request::Free { ids } => {
-                let freed = {
-                    let mut pages = lock(&ns.pages);
-                    ids.iter().filter(|id| pages.remove(id).is_some()).count() as u64
-                };
+                let freed = ns.pages.free(&ids);
                 give_back(shared, &ns, freed);
                 ns.pages_freed.fetch_add(freed, Ordering::Relaxed);
                 Reply::FreeOk.write_to(&mut writer, h.request).map_err(io)?;

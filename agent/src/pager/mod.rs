@@ -282,6 +282,11 @@ impl Pager {
         (r.inactive_pages(), r.inactive_target())
     }
 
+    /// Refaults per eviction over the recent evictions (see `reclaim::pressure`).
+    pub fn refaults_per_eviction(&self) -> f64 {
+        self.parts.reclaim.pressure()
+    }
+
     /// Free pages the reclaimer keeps in reserve: (low, high) watermarks.
     pub fn watermarks(&self) -> (usize, usize) {
         (self.parts.budget.low, self.parts.budget.high)

@@ -57,9 +57,9 @@ pub(super) struct Prefetcher {
     ctx: Arc<Ctx>,
     budget: Arc<Budget>,
     reclaim: Arc<Reclaimer>,
-    /// The streams and the governor of their blind windows (one lock: both are touched on
-    /// every window).
-    streams: Mutex<(Streams, Governor)>,
+    /// The streams and a governor per stream class (one lock: both are touched on every
+    /// window).
+    streams: Mutex<(Streams, [Governor; ThreadClass::COUNT])>,
     jobs: Injector<Job>,
     /// Pages queued or being fetched.
     inflight: AtomicUsize,
@@ -81,7 +81,7 @@ impl Prefetcher {
         // together, stay small next to the budget.
         let depth = config.prefetch_depth.min(config.budget_pages / 8).max(1);
         Prefetcher {
-            streams: Mutex::new((Streams::new(depth), Governor::default())),
+            streams: Mutex::new((Streams::new(depth), Default::default())),
             jobs: Injector::new(),
             max_inflight: (depth * 4 * config.prefetch_workers.max(1))
                 .min(config.budget_pages / 4)
@@ -122,7 +122,7 @@ impl Prefetcher {
 
     /// Counts a marker's window as used.
     pub fn credit_hit(&self, m: &Marker) {
-        self.streams.lock().unwrap().1.resolved(true);
+        self.streams.lock().unwrap().1[m.class as usize].resolved(true);
         let c = &self.counters.by_class[m.class as usize];
         c.marker_hits.fetch_add(1, Ordering::Relaxed);
         c.hit_pages.fetch_add(m.window as u64, Ordering::Relaxed);
@@ -135,15 +135,24 @@ impl Prefetcher {
         let Some(key) = self.ctx.config.policy.stream(tid, class) else {
             return;
         };
+        let bar = self.reclaim.pressure();
         let window = {
             let mut guard = pf.streams.lock().unwrap();
-            let (streams, governor) = &mut *guard;
+            let (streams, governors) = &mut *guard;
+            let governor = &mut governors[class as usize];
             streams.blind = governor.blind_allowed();
-            if hit {
+            let window = if hit {
                 streams.on_hit(key, p as u64, self.ctx.npages as u64)
             } else {
                 streams.on_demand(key, p as u64, self.ctx.npages as u64)
+            };
+            if !window.is_empty() && !governor.worth(bar) {
+                pf.counters.by_class[class as usize]
+                    .gated
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
             }
+            window
         };
         let pages: Vec<u32> = window
             .into_iter()
@@ -431,7 +440,7 @@ impl Prefetcher {
                 .marker_misses
                 .fetch_add(1, Ordering::Relaxed);
             let mut guard = pf.streams.lock().unwrap();
-            guard.1.resolved(false);
+            guard.1[class as usize].resolved(false);
             guard.0.on_wasted(stream, page);
         }
         self.note_tracked_pages(protect, job.class, mapped);

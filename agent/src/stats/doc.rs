@@ -237,6 +237,9 @@ pub struct ReclaimDoc {
     pub target_shrunk: u64,
     pub cost_local_fault_us: f64,
     pub cost_remote_fault_us: f64,
+    /// Refaults per eviction at the end (recent epochs): the bar prefetch windows must clear.
+    #[serde(default)]
+    pub refaults_per_eviction: f64,
     /// Pages unmapped to sample their use, and those touched again (local faults).
     pub deactivated: u64,
     pub reactivated: u64,
@@ -397,6 +400,9 @@ pub struct PrefetchClassDoc {
     pub hit_pages: u64,
     pub dropped_windows: u64,
     pub dropped_low_reserve: u64,
+    /// Windows not sent: used less often than evicted pages came back.
+    #[serde(default)]
+    pub gated_windows: u64,
     pub demand_faults: u64,
     /// Marker hits / markers resolved.
     pub accuracy: Option<f64>,
@@ -522,6 +528,7 @@ impl StatsDoc {
                     target_shrunk: 0,
                     cost_local_fault_us: 5.0,
                     cost_remote_fault_us: 40.0,
+                    refaults_per_eviction: 0.5,
                     deactivated: 900,
                     reactivated: 300,
                     reactivated_in_writeback: 0,

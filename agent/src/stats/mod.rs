@@ -262,6 +262,7 @@ fn reclaim_doc(p: &Pager) -> ReclaimDoc {
         target_shrunk: shrunk,
         cost_local_fault_us: c_local as f64 / 1e3,
         cost_remote_fault_us: c_remote as f64 / 1e3,
+        refaults_per_eviction: p.refaults_per_eviction(),
         deactivated: ld(&r.deactivated),
         reactivated: ld(&r.reactivated),
         reactivated_in_writeback: ld(&r.reactivated_in_writeback),
@@ -343,6 +344,7 @@ fn prefetch_doc(p: &Pager) -> Option<PrefetchDoc> {
             (&sum.hit_pages, &c.hit_pages),
             (&sum.dropped, &c.dropped),
             (&sum.dropped_low_reserve, &c.dropped_low_reserve),
+            (&sum.gated, &c.gated),
         ] {
             to.fetch_add(ld(from), Ordering::Relaxed);
         }
@@ -365,6 +367,7 @@ fn class_doc(c: &crate::prefetch::ClassCounters, demand: u64) -> PrefetchClassDo
         hit_pages: e.hits,
         dropped_windows: ld(&c.dropped),
         dropped_low_reserve: ld(&c.dropped_low_reserve),
+        gated_windows: ld(&c.gated),
         demand_faults: demand,
         accuracy: e.accuracy,
         coverage: e.coverage,

@@ -25,6 +25,7 @@
 //! like the kernel's allocstall).
 
 pub(super) mod lists;
+mod pressure;
 mod sizing;
 mod slots;
 
@@ -35,6 +36,7 @@ use std::time::{Duration, Instant};
 use swap_backend::PAGE_SIZE;
 
 use self::lists::{Admit, Lists, Refault, Try};
+use self::pressure::Pressure;
 use self::sizing::Sizer;
 use self::slots::Slots;
 use super::budget::Budget;
@@ -109,6 +111,7 @@ pub(super) struct Reclaimer {
     lists: Mutex<Lists>,
     slots: Slots,
     sizer: Sizer,
+    pressure: Pressure,
     replacement: Replacement,
     /// A write-back of the page is in flight (the page itself may have been taken back).
     writing: Box<[AtomicBool]>,
@@ -161,6 +164,7 @@ impl Reclaimer {
             // Room for the largest list plus a batch in flight.
             slots: Slots::new(max_target + 4 * batch, npages)?,
             sizer: Sizer::new(pages, batch, min_target, max_target),
+            pressure: Pressure::new((pages / 16).max(batch)),
             replacement: config.replacement,
             writing: (0..npages).map(|_| AtomicBool::new(false)).collect(),
             prefetched: (0..npages).map(|_| AtomicBool::new(false)).collect(),
@@ -192,6 +196,11 @@ impl Reclaimer {
 
     pub fn sizer(&self) -> &Sizer {
         &self.sizer
+    }
+
+    /// The chance that a page evicted now comes back (see `pressure`).
+    pub fn pressure(&self) -> f64 {
+        self.pressure.ratio()
     }
 
     /// Pages waiting inactive (unmapped, bytes in slots), write-backs included.
@@ -265,6 +274,7 @@ impl Reclaimer {
         let judged = self.lists.lock().unwrap().admit(p, how, refault);
         if let Refault::Workingset { distance } | Refault::Distant { distance } = judged {
             self.sizer.refault(distance);
+            self.pressure.refaulted();
         }
         if pause && self.phases.pause_page(p) {
             // A pause that never ends (no JVMTI events, a runaway full GC): do not hold more
@@ -634,6 +644,7 @@ impl Reclaimer {
             .evicted_cold
             .fetch_add(cold as u64, Ordering::Relaxed);
         self.sizer.evicted(n);
+        self.pressure.evicted(n);
         let unused = clean
             .iter()
             .chain(&dirty)
