@@ -252,6 +252,9 @@ pub struct ReclaimDoc {
     pub referenced_activations: u64,
     /// Active pages moved back to probation (aging).
     pub aged: u64,
+    /// Active pages that passed the front and stayed on heat (refaulted soon after eviction).
+    #[serde(default)]
+    pub heat_rotations: u64,
     /// Refault distances, in fractions and multiples of the budget.
     pub refault_distance: Vec<DistanceBucketDoc>,
     /// Prefetched pages evicted without a use seen since they came.
@@ -536,6 +539,7 @@ impl StatsDoc {
                     distant_refaults: 5,
                     referenced_activations: 40,
                     aged: 100,
+                    heat_rotations: 10,
                     refault_distance: vec![
                         DistanceBucketDoc {
                             below_budgets: Some(0.0625),

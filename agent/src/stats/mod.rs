@@ -270,6 +270,7 @@ fn reclaim_doc(p: &Pager) -> ReclaimDoc {
         distant_refaults: d.distant_refaults,
         referenced_activations: d.referenced_activations,
         aged: d.aged,
+        heat_rotations: d.heat_rotations,
         // Bucket i holds distances below budget * 2^(i - 4) (the last: the rest).
         refault_distance: d
             .distance_histogram

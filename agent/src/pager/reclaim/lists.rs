@@ -42,6 +42,11 @@
 //! least `1 / ratio` of the active list, as the kernel's `inactive_is_low` (see
 //! [`inactive_ratio`]).
 //!
+//! # Heat
+//! A refault soon after eviction earns heat (see [`heat_after`]): aging passes a hot active
+//! page round the list instead of to probation, spending one unit. It stands in for the
+//! accessed bits of pages that are read often and never written, which user space cannot see.
+//!
 //! Invariants: a page is on at most one list; the lists only change under the caller's lock;
 //! pages are moved between lists by whoever holds their claim (or, among mapped lists, by the
 //! policy under that lock), so a list and the page table may disagree only while a claim is
@@ -132,6 +137,8 @@ pub struct Decisions {
     pub reactivations: u64,
     /// Active pages moved back to probation (aging).
     pub aged: u64,
+    /// Active pages that passed the front and stayed, spending heat earned by refaulting soon.
+    pub heat_rotations: u64,
     /// Refault distances, in powers of two of the budget: bucket `i` counts distances in
     /// `[budget * 2^(i-4), budget * 2^(i-3))` (bucket 0: below budget/16, the last: 8x and
     /// more).
@@ -153,6 +160,9 @@ pub struct Lists {
     cold: Box<[bool]>,
     /// The reclaim clock when the page was evicted, 0 = no shadow.
     shadow: Box<[u32]>,
+    /// Agings an active page survives (see `heat_after`): earned by refaulting soon after
+    /// eviction, spent one per trip past the active list's front.
+    heat: Box<[u8]>,
     ends: [Ends; 4],
     /// Pages that left the (kernel's) inactive list: evictions and activations.
     clock: u64,
@@ -188,6 +198,25 @@ pub fn inactive_ratio(budget_pages: usize) -> usize {
     kernel.max(3)
 }
 
+/// Most agings a page can survive on heat.
+pub const MAX_HEAT: u8 = 3;
+
+/// A page's heat after it refaulted `distance` clock ticks after its eviction. User space sees
+/// no read of a mapped page, so a page read often and never written passes through the lists
+/// like any other and is evicted once per budget's worth of arrivals; how soon it comes back
+/// is what shows it is hot. Within a sixteenth of a budget it earns two agings, within a
+/// quarter one; a page that stayed away longer loses what it had.
+pub fn heat_after(heat: u8, distance: u64, budget: usize) -> u8 {
+    let b = budget as u64;
+    if distance <= b / 16 {
+        (heat + 2).min(MAX_HEAT)
+    } else if distance <= b / 4 {
+        (heat + 1).min(MAX_HEAT)
+    } else {
+        0
+    }
+}
+
 impl Lists {
     pub fn new(npages: usize, budget_pages: usize) -> Lists {
         assert!(npages < NIL as usize);
@@ -198,6 +227,7 @@ impl Lists {
             referenced: vec![false; npages].into(),
             cold: vec![false; npages].into(),
             shadow: vec![0; npages].into(),
+            heat: vec![0; npages].into(),
             ends: [Ends {
                 head: NIL,
                 tail: NIL,
@@ -308,6 +338,9 @@ impl Lists {
             self.shadow[p] = 0;
             Refault::First
         };
+        if let Refault::Workingset { distance } | Refault::Distant { distance } = judged {
+            self.heat[p] = heat_after(self.heat[p], distance, self.budget);
+        }
         match (how, judged) {
             (Admit::Cold, _) => self.push_back(List::Cold, p),
             (Admit::Normal, Refault::Workingset { .. }) => {
@@ -388,10 +421,19 @@ impl Lists {
     /// Moves the oldest active pages to probation while probation + inactive are short of
     /// their share (the kernel's deactivation of its active list).
     pub fn age(&mut self) {
-        while self.inactive_is_low() {
+        // Each page passes the front at most `MAX_HEAT + 1` times.
+        let mut steps = (MAX_HEAT as usize + 1) * self.len(List::Active);
+        while self.inactive_is_low() && steps > 0 {
+            steps -= 1;
             let Some(p) = self.front(List::Active) else {
                 break;
             };
+            if self.heat[p] > 0 {
+                self.heat[p] -= 1;
+                self.decisions.heat_rotations += 1;
+                self.push_back(List::Active, p);
+                continue;
+            }
             self.decisions.aged += 1;
             self.push_back(List::Probation, p);
         }
@@ -516,6 +558,7 @@ impl Lists {
         self.unlink(p);
         self.cold[p] = false;
         self.shadow[p] = 0;
+        self.heat[p] = 0;
     }
 }
 
@@ -744,6 +787,43 @@ mod tests {
         assert_eq!(l.len(List::Probation), 3);
         assert_eq!(l.iter(List::Probation).next(), Some(0), "oldest first");
         assert_eq!(l.len(List::Active), 9);
+    }
+
+    #[test]
+    fn a_page_back_soon_after_eviction_survives_agings_on_its_heat() {
+        assert_eq!(
+            heat_after(0, 50, 1600),
+            2,
+            "within a sixteenth of the budget"
+        );
+        assert_eq!(heat_after(2, 50, 1600), MAX_HEAT);
+        assert_eq!(heat_after(0, 300, 1600), 1, "within a quarter");
+        assert_eq!(
+            heat_after(MAX_HEAT, 1000, 1600),
+            0,
+            "away longer: cold again"
+        );
+        let mut l = Lists::new(2000, 1600); // ratio 3
+        l.admit(0, Admit::Normal, false);
+        l.evicted(0);
+        assert!(matches!(
+            l.admit(0, Admit::Normal, true),
+            Refault::Workingset { distance: 1 }
+        ));
+        for p in 1..12 {
+            l.admit(p, Admit::Normal, false);
+            l.reactivated(p, true);
+        }
+        assert_eq!(l.front(List::Active), Some(0));
+        l.age();
+        // The oldest active page is hot: it goes round once, and the three behind it go.
+        assert_eq!(l.list_of(0), List::Active);
+        assert_eq!(l.decisions.heat_rotations, 1);
+        assert_eq!(l.iter(List::Probation).collect::<Vec<_>>(), vec![1, 2, 3]);
+        // Dropped as dead: its heat goes with its contents.
+        l.forget(0);
+        l.admit(0, Admit::Normal, false);
+        assert_eq!(l.heat[0], 0);
     }
 
     #[test]
