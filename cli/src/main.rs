@@ -204,17 +204,18 @@ enum Cmd {
         /// --out, default: the raw.json's folder) instead of running anything.
         #[arg(long, value_name = "RAW_JSON")]
         from_raw: Option<PathBuf>,
-        /// Collectors, comma-separated (default G1,Parallel,Shenandoah; G1 with --quick).
+        /// Collectors, comma-separated (default G1,Shenandoah; G1 with --quick; Parallel too
+        /// where asked for).
         #[arg(long, value_delimiter = ',')]
         collectors: Option<Vec<String>>,
         /// Repetitions (overrides the preset).
         #[arg(long)]
         reps: Option<usize>,
-        /// Workloads, comma-separated (default graph,kv): the Java ones, and spark-pagerank,
-        /// spark-groupby (as --spark adds them).
+        /// Workloads, comma-separated (default kv,graph,index): the Java ones, and
+        /// spark-pagerank, spark-groupby (as --spark adds them).
         #[arg(long, value_delimiter = ',')]
         workloads: Option<Vec<String>>,
-        /// Local shares in percent, comma-separated (default 100,50,25,13); 100 is always run,
+        /// Local shares in percent, comma-separated (default 100,50,31,25); 100 is always run,
         /// since every ratio is taken against it.
         #[arg(long, value_delimiter = ',')]
         locals: Option<Vec<u32>>,

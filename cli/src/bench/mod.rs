@@ -1,7 +1,7 @@
 //! `memliner bench`: the policy matrix, measured side by side in one run.
 //!
 //! Workloads x collectors x {no agent, `policy=baseline`, `policy=memliner`, kernel swap} x
-//! local memory {100, 50, 25, 13%}. Each repetition runs every cell once, cells interleaved
+//! local memory {100, 50, 31, 25%}, on 1 GiB heaps. Each repetition runs every cell once, cells interleaved
 //! (the two policies swap order every repetition) so that drift on a shared machine hits all
 //! alike; the report gives medians of repetitions and ratios of those medians. Every run's
 //! checksum must equal the all-local run's, or the bench stops.
