@@ -98,6 +98,28 @@ struct SpacePath {
     space: usize,
 }
 
+/// A generational heap's spaces (Parallel, Serial): eden, from- and to-space through the
+/// young generation's slot, and the old generation's one space.
+fn generational(
+    young: usize,
+    young_spaces: [usize; 3],
+    old: (usize, usize),
+    space: Bounds,
+) -> Layout {
+    let spaces = young_spaces
+        .iter()
+        .map(|&s| SpacePath {
+            generation_slot: young,
+            space: s,
+        })
+        .chain([SpacePath {
+            generation_slot: old.0,
+            space: old.1,
+        }])
+        .collect();
+    Layout::Spaces { spaces, space }
+}
+
 /// The dead-space reader of one running JVM.
 #[derive(Debug)]
 pub struct GcLayout {
@@ -149,31 +171,20 @@ impl GcLayout {
                 let young = vm.static_address_of(&[("ParallelScavengeHeap", "_young_gen")])?;
                 let old = vm.static_address_of(&[("ParallelScavengeHeap", "_old_gen")])?;
                 let space = |f| vm.offset_of(&[("PSYoungGen", f)]);
-                Layout::Spaces {
-                    spaces: vec![
-                        SpacePath {
-                            generation_slot: young,
-                            space: space("_eden_space")?,
-                        },
-                        SpacePath {
-                            generation_slot: young,
-                            space: space("_from_space")?,
-                        },
-                        SpacePath {
-                            generation_slot: young,
-                            space: space("_to_space")?,
-                        },
-                        SpacePath {
-                            generation_slot: old,
-                            space: vm.offset_of(&[("PSOldGen", "_object_space")])?,
-                        },
+                generational(
+                    young,
+                    [
+                        space("_eden_space")?,
+                        space("_from_space")?,
+                        space("_to_space")?,
                     ],
-                    space: Bounds {
+                    (old, vm.offset_of(&[("PSOldGen", "_object_space")])?),
+                    Bounds {
                         bottom: vm.offset_of(&[("MutableSpace", "_bottom")])?,
                         end: vm.offset_of(&[("MutableSpace", "_end")])?,
                         top: vm.offset_of(&[("MutableSpace", "_top")])?,
                     },
-                }
+                )
             }
             "Serial" => {
                 let young = heap
@@ -187,32 +198,21 @@ impl GcLayout {
                         ("SerialHeap", "_old_gen"),
                     ])?;
                 let space = |f| vm.offset_of(&[("DefNewGeneration", f)]);
-                Layout::Spaces {
-                    spaces: vec![
-                        SpacePath {
-                            generation_slot: young,
-                            space: space("_eden_space")?,
-                        },
-                        SpacePath {
-                            generation_slot: young,
-                            space: space("_from_space")?,
-                        },
-                        SpacePath {
-                            generation_slot: young,
-                            space: space("_to_space")?,
-                        },
-                        SpacePath {
-                            generation_slot: old,
-                            space: vm.offset_of(&[("TenuredGeneration", "_the_space")])?,
-                        },
+                generational(
+                    young,
+                    [
+                        space("_eden_space")?,
+                        space("_from_space")?,
+                        space("_to_space")?,
                     ],
-                    space: Bounds {
+                    (old, vm.offset_of(&[("TenuredGeneration", "_the_space")])?),
+                    Bounds {
                         bottom: vm
                             .offset_of(&[("Space", "_bottom"), ("ContiguousSpace", "_bottom")])?,
                         end: vm.offset_of(&[("Space", "_end"), ("ContiguousSpace", "_end")])?,
                         top: vm.offset_of(&[("ContiguousSpace", "_top")])?,
                     },
-                }
+                )
             }
             "Shenandoah" => {
                 let region = |f| [("ShenandoahHeapRegion", f)];

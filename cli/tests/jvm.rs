@@ -1127,11 +1127,21 @@ fn hooks_cell(w: Workload, gc: &str, local: u32) {
             h.deferred > 0 && h.hinted_pages > 0 && h.hint_pages_fetched > 0,
             "{what}: marking met remote pages: {h:?}"
         );
-        // Seconds of paged marking while the workload stores references.
-        assert!(
-            h.recorded > 0,
-            "{what}: the store log reached marking: {h:?}"
-        );
+        // Marking counts the store log's entries as the application threads hand in full
+        // buffers (G1: 1024 entries each); a short concurrent phase (CI saw one of 270 ms on
+        // kv, its threads mostly waiting on faults) may see none handed in. Seconds of paged
+        // marking while the workload stores references always do.
+        if h.marking_ms >= 1000.0 {
+            assert!(
+                h.recorded > 0,
+                "{what}: the store log reached marking: {h:?}"
+            );
+        } else {
+            eprintln!(
+                "{what}: {:.0} ms of marking; store log not checked",
+                h.marking_ms
+            );
+        }
     }
 }
 

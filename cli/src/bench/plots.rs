@@ -35,6 +35,27 @@ fn e<E: std::fmt::Debug>(err: E) -> String {
     format!("{err:?}")
 }
 
+/// Draws one mode's points joined by a line, with its legend entry (nothing without points).
+fn mode_line<'a, CT: plotters::coord::CoordTranslate<From = (f64, f64)>>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
+    m: Mode,
+    color: RGBColor,
+    pts: Vec<(f64, f64)>,
+) -> Result<(), String> {
+    if pts.is_empty() {
+        return Ok(());
+    }
+    chart
+        .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+        .map_err(e)?
+        .label(m.name())
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+    chart
+        .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
+        .map_err(e)?;
+    Ok(())
+}
+
 /// Draws the series labels of `chart` in a framed box.
 fn legend<'a, CT: plotters::coord::CoordTranslate>(
     chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
@@ -140,19 +161,7 @@ fn slowdown(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String>
                 })
                 .filter(|p| p.1.is_finite())
                 .collect();
-            if pts.is_empty() {
-                continue;
-            }
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                .map_err(e)?
-                .label(m.name())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
-                .map_err(e)?;
+            mode_line(&mut chart, m, color, pts)?;
         }
         legend(&mut chart, SeriesLabelPosition::UpperRight, 12)?;
     }
@@ -219,19 +228,7 @@ fn page_ins(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String>
             .draw()
             .map_err(e)?;
         for (m, color, pts) in series {
-            if pts.is_empty() {
-                continue;
-            }
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                .map_err(e)?
-                .label(m.name())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
-                .map_err(e)?;
+            mode_line(&mut chart, m, color, pts)?;
         }
         legend(&mut chart, SeriesLabelPosition::UpperRight, 12)?;
     }
