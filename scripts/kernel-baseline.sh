@@ -9,10 +9,12 @@
 # removes both when the command ends, however it ends. Needs root.
 #
 # Prints on stderr, last: `kernel-baseline: max_usage=BYTES max_anon=BYTES max_heap=BYTES
-# pgmajfault=N pswpin=N pswpout=N`: the cgroup's peak charge, its peak anonymous RSS and the
-# command's largest private read-write anonymous mapping's peak RSS (a JVM's heap, with -Xms =
-# -Xmx; sampled every 50 and 200 ms while it runs: what the limit actually left it), its major
-# faults, and the pages swapped in and out meanwhile (system-wide counters; run nothing else).
+# beside_heap=BYTES pgmajfault=N pswpin=N pswpout=N`: the cgroup's peak charge, its peak
+# anonymous RSS and the command's largest private read-write anonymous mapping's peak RSS (a
+# JVM's heap, with -Xms = -Xmx; sampled every 50 and 200 ms while it runs: what the limit
+# actually left it), the most it needed beside that mapping at one sample (anonymous memory
+# and mapped files less the mapping), its major faults, and the pages swapped in and out
+# meanwhile (system-wide counters; run nothing else).
 # Exit: the command's status; 3 with `SKIP: reason` on stderr when the setup is impossible.
 set -uo pipefail
 
@@ -92,6 +94,7 @@ heap_rss() {
 # smaps walks the page tables (a millisecond or two for a 1 GiB heap): every 4th turn only.
 max_anon=0
 max_heap=0
+beside_heap=0
 turn=0
 while kill -0 "$child" 2>/dev/null; do
     anon=$(awk '$1 == "total_rss" {print $2}' "$cg/memory.stat" 2>/dev/null)
@@ -99,6 +102,18 @@ while kill -0 "$child" 2>/dev/null; do
     if [ $((turn++ % 4)) = 0 ]; then
         heap=$(heap_rss)
         [ -n "$heap" ] && [ "$heap" -gt "$max_heap" ] && max_heap=$heap
+        # What it needs beside the heap, read at the same instant as the heap and only while
+        # the heap is at its peak (not while an exiting process unmaps it): its anonymous
+        # memory less the heap, plus the files it maps. Not the peak charge less the peak heap:
+        # that puts the heap's growth after the last sample (hundreds of MiB a second) and any
+        # page cache the run happened to charge (50 MiB of class and JDK files on a cold cache)
+        # beside the heap, and the kernel then has room the agent's JVM does not.
+        need=$(awk '$1 == "total_rss" || $1 == "total_mapped_file" {n += $2} END {print n + 0}' \
+            "$cg/memory.stat" 2>/dev/null)
+        if [ -n "$heap" ] && [ "$heap" -gt 0 ] && [ "$heap" -ge "$max_heap" ] && [ -n "$need" ] &&
+            [ $((need - heap)) -gt "$beside_heap" ]; then
+            beside_heap=$((need - heap))
+        fi
     fi
     sleep 0.05
 done
@@ -108,6 +123,7 @@ status=$?
 echo "kernel-baseline: max_usage=$(cat "$cg/memory.max_usage_in_bytes")" \
     "max_anon=$max_anon" \
     "max_heap=$max_heap" \
+    "beside_heap=$beside_heap" \
     "pgmajfault=$(awk '/^total_pgmajfault/ {print $2}' "$cg/memory.stat")" \
     "pswpin=$(($(vmstat pswpin) - pswpin0))" \
     "pswpout=$(($(vmstat pswpout) - pswpout0))" >&2

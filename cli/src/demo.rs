@@ -90,7 +90,7 @@ pub fn run(d: &Demo) -> Result<(), String> {
     // where it can run, which also measures what the JVM holds, and its heap.
     let label = "all local (no agent)".to_string();
     eprintln!("memliner: running {label}");
-    let usage = match &kernel_skip {
+    let unlimited = match &kernel_skip {
         None => {
             let k = kernel::run_command(&root, None, &cmd, &label)?;
             let kernel::Ended::Ran { checksum, .. } = k.ended.clone() else {
@@ -102,7 +102,7 @@ pub fn run(d: &Demo) -> Result<(), String> {
                 checksum,
                 page_ins: None,
             });
-            k.figure("max_usage").zip(k.figure("max_heap"))
+            Some(k.figures)
         }
         Some(_) => {
             let out = launch(
@@ -138,16 +138,22 @@ pub fn run(d: &Demo) -> Result<(), String> {
     }
     rows.push(row);
 
-    // The kernel twin: what the JVM held beside its heap in the all-local run, plus the budget.
-    let kernel_row = match (&kernel_skip, usage) {
+    // The kernel twin: what the JVM needed beside its heap in the all-local run, plus the budget.
+    let kernel_row = match (&kernel_skip, unlimited) {
         (Some(why), _) => {
             eprintln!("memliner: kernel swap at the same heap memory skipped: {why}");
             None
         }
         (None, None) => None,
-        (None, Some((usage, touched))) => {
+        (None, Some(unlimited)) => 'twin: {
             let budget = (d.heap_mb << 20) as f64 * d.local as f64 / 100.0;
-            let limit = kernel::same_heap_memory(usage, touched, budget) as u64;
+            let Some(limit) = kernel::same_heap_memory(&unlimited, budget) else {
+                eprintln!(
+                    "memliner: kernel swap at the same heap memory skipped: the all-local run's heap RSS was not measured"
+                );
+                break 'twin None;
+            };
+            let limit = limit as u64;
             let label = format!(
                 "kernel swap to zram, {} MiB cgroup limit (same heap memory)",
                 limit >> 20
@@ -194,10 +200,10 @@ pub fn run(d: &Demo) -> Result<(), String> {
     let (all_local, m) = (&rows[0], &rows[1]);
     let vs_kernel = match kernel_row.map(|i| &rows[i]) {
         Some(k) => format!(
-            "; kernel swap at the same heap memory {:.2}x all-local, memliner {:.2}x the kernel's time with {:.2}x its page-ins",
+            "; kernel swap at the same heap memory {:.2}x all-local, memliner {:.2}x the kernel's time {}",
             k.wall_s / all_local.wall_s,
             m.wall_s / k.wall_s,
-            m.page_ins.unwrap_or(0) as f64 / k.page_ins.unwrap_or(0).max(1) as f64
+            page_ins_vs_kernel(m.page_ins.unwrap_or(0), k.page_ins.unwrap_or(0))
         ),
         None => match &kernel_skip {
             Some(why) => format!("; no kernel twin ({why})"),
@@ -215,4 +221,26 @@ pub fn run(d: &Demo) -> Result<(), String> {
         return Err("a run computed a different checksum".into());
     }
     Ok(())
+}
+
+/// memliner's page-ins beside the kernel's swap-ins, as a ratio only where it has one.
+fn page_ins_vs_kernel(memliner: u64, kernel: u64) -> String {
+    match kernel {
+        0 => format!("with {memliner} page-ins where the kernel swapped none in"),
+        k => format!("with {:.2}x its page-ins", memliner as f64 / k as f64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_ins_are_a_ratio_only_against_a_kernel_that_swapped() {
+        assert_eq!(page_ins_vs_kernel(300, 200), "with 1.50x its page-ins");
+        assert_eq!(
+            page_ins_vs_kernel(72958, 0),
+            "with 72958 page-ins where the kernel swapped none in"
+        );
+    }
 }

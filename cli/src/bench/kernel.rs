@@ -54,8 +54,8 @@ fn skip_reason(stderr: &str) -> String {
         .to_string()
 }
 
-/// The script's figures: `kernel-baseline: max_usage=B max_anon=B max_heap=B pgmajfault=N
-/// pswpin=N pswpout=N`.
+/// The script's figures: `kernel-baseline: max_usage=B max_anon=B max_heap=B beside_heap=B
+/// pgmajfault=N pswpin=N pswpout=N`.
 fn figures(stderr: &str) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
     if let Some(line) = stderr
@@ -74,11 +74,21 @@ fn figures(stderr: &str) -> serde_json::Map<String, serde_json::Value> {
     m
 }
 
-/// The cgroup limit that leaves a JVM `budget` bytes of heap memory: what it holds beside the
-/// heap (`usage`, its peak with no limit, less the `touched` heap bytes) plus the budget (or
-/// all it touches, if that is less).
-pub fn same_heap_memory(usage: f64, touched: f64, budget: f64) -> f64 {
-    usage - touched + budget.min(touched)
+/// The cgroup limit that leaves a JVM `budget` bytes of heap memory, from an unlimited run's
+/// figures: what it needs beside the heap plus the budget (or all the heap it touches, if that
+/// is less). `None` without the heap's peak RSS.
+pub fn same_heap_memory(
+    unlimited: &serde_json::Map<String, serde_json::Value>,
+    budget: f64,
+) -> Option<f64> {
+    let get = |k: &str| unlimited.get(k)?.as_f64();
+    let touched = get("max_heap").filter(|h| *h > 0.0)?;
+    // The script's `beside_heap` reads the heap and the rest at one instant; from an older
+    // script's figures (a raw.json of before), the peak charge less the peak heap.
+    let beside = get("beside_heap")
+        .filter(|b| *b > 0.0)
+        .or_else(|| Some(get("max_usage")? - touched))?;
+    Some(beside + budget.min(touched))
 }
 
 /// How a run under the kernel baseline ended.
@@ -193,5 +203,36 @@ mod tests {
             skip_reason("SKIP: needs root to create a cgroup and a swap device\n"),
             "needs root to create a cgroup and a swap device"
         );
+    }
+
+    #[test]
+    fn the_limit_is_what_the_jvm_needs_beside_its_heap_plus_the_budget() {
+        let mib = |n: u64| n << 20;
+        // A cold page cache charged 50 MiB of files to the run and the heap grew 40 MiB after
+        // its last sample: neither is given to the kernel as heap room.
+        let f = figures(&format!(
+            "kernel-baseline: max_usage={} max_anon={} max_heap={} beside_heap={} pswpin=0\n",
+            mib(440),
+            mib(390),
+            mib(314),
+            mib(36)
+        ));
+        let limit = |budget: u64| same_heap_memory(&f, mib(budget) as f64).unwrap();
+        assert_eq!(limit(256), mib(36 + 256) as f64);
+        // A budget above what the heap touches limits nothing more than the heap.
+        assert_eq!(limit(600), mib(36 + 314) as f64);
+        // From an older script's figures: the peak charge less the peak heap.
+        let old = figures(&format!(
+            "kernel-baseline: max_usage={} max_heap={}\n",
+            mib(350),
+            mib(314)
+        ));
+        assert_eq!(
+            same_heap_memory(&old, mib(256) as f64),
+            Some(mib(36 + 256) as f64)
+        );
+        // Without the heap's RSS there is no limit to compute.
+        let none = figures("kernel-baseline: max_usage=100 max_heap=0\n");
+        assert_eq!(same_heap_memory(&none, 1.0), None);
     }
 }

@@ -626,15 +626,12 @@ fn write_outputs(
 }
 
 /// The cgroup limit that leaves the kernel's JVM the heap memory the agent's budget leaves its
-/// own: what the JVM holds beside the heap in the calibration run (its peak charge with no
-/// limit, less its heap's peak RSS, both measured in that run) plus `local`% of the heap. A heap
-/// that touches less than that is not limited at all by it (nor paged by the agent).
+/// own: what the JVM needs beside the heap in the calibration run (no limit) plus `local`% of
+/// the heap. A heap that touches less than that is not limited at all by it (nor paged by the
+/// agent).
 fn kernel_limit(calibration: &Record, local: u32, heap_mb: u64) -> Option<f64> {
-    let k = calibration.kernel.as_ref()?;
-    let usage = k.get("max_usage")?.as_f64()?;
-    let heap = k.get("max_heap")?.as_f64()?;
     let budget = (heap_mb << 20) as f64 * local as f64 / 100.0;
-    Some(kernel::same_heap_memory(usage, heap, budget))
+    kernel::same_heap_memory(calibration.kernel.as_ref()?.as_object()?, budget)
 }
 
 /// The heap's peak RSS (bytes) in `r`, if `r` is the finished kernel run of `p`'s cell.
