@@ -76,19 +76,13 @@ fn figures(stderr: &str) -> serde_json::Map<String, serde_json::Value> {
 
 /// The cgroup limit that leaves a JVM `budget` bytes of heap memory, from an unlimited run's
 /// figures: what it needs beside the heap plus the budget (or all the heap it touches, if that
-/// is less). `None` without the heap's peak RSS.
+/// is less). `None` where the script did not see the heap.
 pub fn same_heap_memory(
     unlimited: &serde_json::Map<String, serde_json::Value>,
     budget: f64,
 ) -> Option<f64> {
-    let get = |k: &str| unlimited.get(k)?.as_f64();
-    let touched = get("max_heap").filter(|h| *h > 0.0)?;
-    // The script's `beside_heap` reads the heap and the rest at one instant; from an older
-    // script's figures (a raw.json of before), the peak charge less the peak heap.
-    let beside = get("beside_heap")
-        .filter(|b| *b > 0.0)
-        .or_else(|| Some(get("max_usage")? - touched))?;
-    Some(beside + budget.min(touched))
+    let get = |k: &str| unlimited.get(k)?.as_f64().filter(|v| *v > 0.0);
+    Some(get("beside_heap")? + budget.min(get("max_heap")?))
 }
 
 /// How a run under the kernel baseline ended.
@@ -221,18 +215,8 @@ mod tests {
         assert_eq!(limit(256), mib(36 + 256) as f64);
         // A budget above what the heap touches limits nothing more than the heap.
         assert_eq!(limit(600), mib(36 + 314) as f64);
-        // From an older script's figures: the peak charge less the peak heap.
-        let old = figures(&format!(
-            "kernel-baseline: max_usage={} max_heap={}\n",
-            mib(350),
-            mib(314)
-        ));
-        assert_eq!(
-            same_heap_memory(&old, mib(256) as f64),
-            Some(mib(36 + 256) as f64)
-        );
         // Without the heap's RSS there is no limit to compute.
-        let none = figures("kernel-baseline: max_usage=100 max_heap=0\n");
+        let none = figures("kernel-baseline: max_usage=100 max_heap=0 beside_heap=0\n");
         assert_eq!(same_heap_memory(&none, 1.0), None);
     }
 }
