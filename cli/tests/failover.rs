@@ -568,7 +568,16 @@ fn executors_page_to_one_server(job: &str) {
             .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .unwrap_or_else(|| panic!("no namespace for executor {pid} in:\n{body}"));
         let pager = j.doc.pager.as_ref().unwrap();
-        assert_eq!(written, pager.remote.pages_written, "{}", j.name);
+        // The stats are written at VMDeath while the pager still runs: a write-back batch (64
+        // pages by default; the reclaimer's and a few direct reclaimers') can reach the server
+        // before the agent counts it, never after. CI saw 13 such pages.
+        let in_flight = 8 * 64;
+        let counted = pager.remote.pages_written;
+        assert!(
+            (counted..=counted + in_flight).contains(&written),
+            "{}: the server saw {written} pages written, the agent counted {counted}",
+            j.name
+        );
     }
     // Two namespaces, one per executor (the probe's is the third).
     let namespaces = server.probe.server_stats().unwrap().namespaces;
