@@ -3,6 +3,7 @@
 //! the CDS archive file-backed inside the heap, and registering across it fails).
 
 use crate::maps::{anonymous_spans, parse_maps, Mapping, Span};
+use crate::model::Discovery;
 use crate::options::LogLevel;
 use crate::vmstructs::{self, VmStructs};
 
@@ -12,7 +13,7 @@ pub struct FoundHeap {
     pub start: usize,
     pub bytes: usize,
     pub collector: &'static str,
-    pub discovery: &'static str,
+    pub discovery: Discovery,
     pub spans: Vec<Span>,
     /// Where the collector holds nothing live after a collection; `Err` says why it cannot
     /// be read on this JVM.
@@ -25,11 +26,19 @@ fn read_maps() -> Result<Vec<Mapping>, String> {
         .map_err(|e| format!("cannot read /proc/self/maps: {e}"))
 }
 
+/// Why a ZGC heap is not paged; the line names the collectors that are.
+pub const ZGC_REFUSED: &str = "ZGC maps its heap several times over shared memory, which the pager does not handle; use G1, Parallel, Serial or Shenandoah";
+
 /// Finds the reserved heap and its anonymous spans.
 pub fn discover() -> Result<FoundHeap, String> {
     let maps = read_maps()?;
     let mut layout = Err("the VM's tables cannot be read".to_string());
-    let (start, bytes, collector, discovery) = match VmStructs::load()
+    let vm = VmStructs::load();
+    // Before the heap's bounds: ZGC leaves the shared heap's reserved region empty.
+    if vm.as_ref().is_ok_and(|vm| vmstructs::collector(vm) == "Z") {
+        return Err(ZGC_REFUSED.into());
+    }
+    let (start, bytes, collector, discovery) = match vm
         .and_then(|vm| vm.reserved_heap().map(|h| (h, vm)))
     {
         Ok((h, vm)) => {
@@ -44,7 +53,7 @@ pub fn discover() -> Result<FoundHeap, String> {
                     );
                 }
             }
-            (h.start, h.bytes, collector, "vmstructs")
+            (h.start, h.bytes, collector, Discovery::VmStructs)
         }
         Err(why) => {
             let (s, b) = largest_anonymous(&maps).ok_or_else(|| {
@@ -54,7 +63,7 @@ pub fn discover() -> Result<FoundHeap, String> {
                 LogLevel::Warn,
                 "heap found by guessing from /proc/self/maps ({why}); check the stats' heap size"
             );
-            (s, b, "unknown", "maps")
+            (s, b, "unknown", Discovery::Maps)
         }
     };
     if start % swap_backend::PAGE_SIZE != 0 || bytes == 0 {

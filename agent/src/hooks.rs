@@ -4,6 +4,9 @@
 //! The JVM calls these from its GC worker threads while the application runs: nothing here
 //! blocks or panics across the boundary.
 
+// Unsafe here: the C ABI the patched JVM calls, with raw pointers from HotSpot; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;

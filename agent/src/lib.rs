@@ -6,9 +6,6 @@
 //! The JVM meets the agent in `runtime` (`Agent_OnLoad`, the JVMTI callbacks) and, on a
 //! GC-hook patched JVM, in `hooks`.
 
-#![deny(missing_debug_implementations)]
-#![deny(clippy::undocumented_unsafe_blocks)]
-
 pub mod gc_layout;
 pub mod heap;
 pub mod hooks;

@@ -50,8 +50,9 @@ impl ThreadClass {
     }
 }
 
-/// How faults reach the code that serves them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How faults reach the code that serves them; the stats document names it as `name` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum FaultDelivery {
     /// As userfaultfd events, to fault-handler threads that wake the faulting thread.
     Thread,
@@ -65,6 +66,35 @@ impl FaultDelivery {
             FaultDelivery::Thread => "thread",
             FaultDelivery::Signal => "signal",
         }
+    }
+}
+
+impl std::fmt::Display for FaultDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How the heap was found: HotSpot's serviceability tables, or a guess from /proc/self/maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Discovery {
+    VmStructs,
+    Maps,
+}
+
+impl Discovery {
+    pub fn name(self) -> &'static str {
+        match self {
+            Discovery::VmStructs => "vmstructs",
+            Discovery::Maps => "maps",
+        }
+    }
+}
+
+impl std::fmt::Display for Discovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -32,8 +32,9 @@ use swap_backend::ServerUrl;
 
 pub use crate::model::FaultDelivery;
 
-/// Paging policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Paging policy; the stats document names it as `name` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Policy {
     /// Load, classify threads and write stats, but do not page the heap.
     Off,
@@ -50,6 +51,12 @@ impl Policy {
             Policy::Baseline => "baseline",
             Policy::MemLiner => "memliner",
         }
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -194,9 +194,6 @@ fn policy_for(o: &Options) -> std::sync::Arc<dyn policy::PagingPolicy> {
 /// Finds the heap and starts paging it (VMInit).
 fn start_paging(rt: &'static Runtime) -> Result<(), String> {
     let found = heap::discover()?;
-    if found.collector == "Z" {
-        return Err("ZGC maps its heap several times over shared memory, which the pager does not handle; use G1, Parallel, Serial or Shenandoah".into());
-    }
     let budget_asked = rt.options.budget.pages(found.bytes, PAGE_SIZE);
     let budget = budget_asked.max(MIN_BUDGET_PAGES);
     if budget != budget_asked {
@@ -443,15 +440,16 @@ pub unsafe extern "C" fn Agent_OnLoad(
         let env = unsafe { jvmti::JavaVm::jvmti(vm) }?;
         // SAFETY: env is live and we are in the OnLoad phase.
         unsafe { jvmti::JvmtiEnv::add_capabilities(env) }?;
-        let mut cbs: jvmti::Callbacks = [std::ptr::null(); 37];
-        let slot = |e: u32| (e - jvmti::event::FIRST) as usize;
-        cbs[slot(jvmti::event::VM_INIT)] = on_vm_init as *const c_void;
-        cbs[slot(jvmti::event::VM_DEATH)] = on_vm_death as *const c_void;
-        cbs[slot(jvmti::event::THREAD_START)] = on_thread_start as *const c_void;
-        cbs[slot(jvmti::event::DATA_DUMP_REQUEST)] = on_data_dump as *const c_void;
-        cbs[slot(jvmti::event::GARBAGE_COLLECTION_START)] = on_gc_start as *const c_void;
-        cbs[slot(jvmti::event::GARBAGE_COLLECTION_FINISH)] = on_gc_finish as *const c_void;
-        // SAFETY: each callback has the signature of its event.
+        let cbs = jvmti::EventCallbacks {
+            vm_init: Some(on_vm_init),
+            vm_death: Some(on_vm_death),
+            thread_start: Some(on_thread_start),
+            data_dump_request: Some(on_data_dump),
+            garbage_collection_start: Some(on_gc_start),
+            garbage_collection_finish: Some(on_gc_finish),
+            ..jvmti::EventCallbacks::NONE
+        };
+        // SAFETY: env is live and we are in the OnLoad phase.
         unsafe { jvmti::JvmtiEnv::set_callbacks(env, &cbs) }
     });
     match result {

@@ -1,6 +1,9 @@
 //! Which class a faulting thread belongs to: Java threads announce themselves through JVMTI
 //! (ThreadStart, VMInit); VM-internal threads are known by their kernel names.
 
+// Unsafe here: gettid(2); each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

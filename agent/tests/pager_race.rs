@@ -1,6 +1,9 @@
 //! The pager on a plain mmap region, without a JVM: many threads write while the pager evicts
 //! at a tiny budget; every byte read back must be the last byte written.
 
+// Tests map regions and read the pager's residency map raw.
+#![allow(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

@@ -1,6 +1,9 @@
 //! Prefetching and the policies' eviction decisions on a plain mmap region (no JVM): bytes
 //! read back are always the bytes written, and each policy keeps the pages it should.
 
+// Tests map regions and read the pager's residency map raw.
+#![allow(unsafe_code)]
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -3,6 +3,9 @@
 //! sampling, direct reclaim is counted, and a hot set that fits survives a cold scan that
 //! plain FIFO replacement would let evict it.
 
+// Tests map regions and read the pager's residency map raw.
+#![allow(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,6 +3,9 @@
 //! reads back as zeros without a remote fetch, and gives its budget back; pages outside, and a
 //! page only partly inside, keep their bytes.
 
+// Tests map regions and read the pager's residency map raw.
+#![allow(unsafe_code)]
+
 use std::sync::Arc;
 
 use memliner_agent::model::{FaultKind, ThreadClass};

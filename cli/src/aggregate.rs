@@ -71,16 +71,37 @@ pub fn load(paths: &[PathBuf]) -> Result<(Vec<Jvm>, Vec<String>), String> {
     Ok((jvms, skipped))
 }
 
+/// Why `memliner stats` found no figures to show.
+#[derive(Debug, thiserror::Error)]
+pub enum GatherError {
+    /// A file or directory argument: unreadable, or no stats documents in it.
+    #[error("{0}")]
+    Files(String),
+    #[error(transparent)]
+    Live(#[from] live::LiveError),
+}
+
+impl GatherError {
+    /// The command's exit status (a running JVM's cases are told apart, see
+    /// [`live::LiveError::exit_code`]).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            GatherError::Files(_) => 2,
+            GatherError::Live(e) => e.exit_code(),
+        }
+    }
+}
+
 /// The documents of `memliner stats`'s arguments, in their order: files, directories of them
 /// (as `load`), and running JVMs asked for theirs (`live::request`), named `pid N`. Also the
 /// lines to print on the side: strangers skipped, where a JVM wrote its document.
-pub fn gather(sources: &[Source]) -> Result<(Vec<Jvm>, Vec<String>), String> {
+pub fn gather(sources: &[Source]) -> Result<(Vec<Jvm>, Vec<String>), GatherError> {
     let mut jvms = Vec::new();
     let mut notes = Vec::new();
     for s in sources {
         match s {
             Source::Path(p) => {
-                let (found, skipped) = load(std::slice::from_ref(p))?;
+                let (found, skipped) = load(std::slice::from_ref(p)).map_err(GatherError::Files)?;
                 jvms.extend(found);
                 notes.extend(skipped.into_iter().map(|s| format!("skipped {s}")));
             }

@@ -166,7 +166,7 @@ pub fn run(d: &Demo) -> Result<(), String> {
                         label,
                         wall_s: k.wall_ms / 1e3,
                         checksum,
-                        page_ins: k.figure("pswpin").map(|v| v as u64),
+                        page_ins: k.figures.pswpin,
                     };
                     rows.push(row);
                     Some(rows.len() - 1)

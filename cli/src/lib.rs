@@ -1,8 +1,6 @@
 //! The `memliner` command's pieces, as a library so that integration tests and benchmarks use
 //! the same code as the command.
 
-#![deny(missing_debug_implementations)]
-
 pub mod aggregate;
 pub mod bench;
 pub mod demo;

@@ -16,6 +16,85 @@ use memliner_agent::stats::doc::StatsDoc;
 
 use crate::locate::AGENT_FILE;
 
+/// Why a running process could not be asked for its figures. The Display is the one line
+/// `memliner stats` prints; [`LiveError::exit_code`] tells scripts (and tests) which case it
+/// was without reading the text.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("no process {0}")]
+    NoProcess(u32),
+    /// A /proc file or the pidfd could not be had (permissions, a process gone meanwhile).
+    #[error("{0}")]
+    Unreadable(String),
+    /// The process runs no agent; `jvms` are its children that do (`memliner run`'s own pid,
+    /// or a launcher's, is an easy mistake).
+    #[error(
+        "process {pid} ({name}) does not run the memliner agent{}",
+        children_that_do(jvms)
+    )]
+    NoAgent {
+        pid: u32,
+        name: String,
+        jvms: Vec<u32>,
+    },
+    /// The agent is loaded but pages nothing yet (or never will): ask again.
+    #[error(
+        "JVM {0} does not page its heap (still starting, or running without far memory: \
+         policy=off, or fallback=local after an error): ask again once it pages"
+    )]
+    NotPaging(u32),
+    #[error(
+        "JVM {0} was started with -Xrs (it does not handle SIGQUIT): it cannot be asked for \
+         its stats; they are written at exit with stats=PATH"
+    )]
+    IgnoresSigquit(u32),
+    #[error("process {pid}'s agent options: {message}")]
+    BadOptions { pid: u32, message: String },
+    #[error("cannot signal JVM {pid}: {error}")]
+    Signal { pid: u32, error: std::io::Error },
+    #[error(
+        "JVM {pid} wrote no stats to {} within {} s of SIGQUIT (a safepoint it cannot reach, \
+         or a directory it cannot write)",
+        path.display(),
+        timeout.as_secs()
+    )]
+    NoAnswer {
+        pid: u32,
+        path: PathBuf,
+        timeout: Duration,
+    },
+    #[error("{}: {message}", path.display())]
+    BadDocument { path: PathBuf, message: String },
+}
+
+impl LiveError {
+    /// `memliner stats PID`'s exit status for this error: [`EXIT_NOT_PAGING`] for a JVM that
+    /// may page later, [`EXIT_NO_AGENT`] for a process without the agent, else 2.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            LiveError::NotPaging(_) => EXIT_NOT_PAGING,
+            LiveError::NoAgent { .. } => EXIT_NO_AGENT,
+            _ => 2,
+        }
+    }
+}
+
+/// Exit status of `memliner stats PID` when the JVM does not page (yet): try again
+/// (sysexits' EX_TEMPFAIL).
+pub const EXIT_NOT_PAGING: u8 = 75;
+/// Exit status of `memliner stats PID` when the process does not run the agent (perhaps not
+/// yet: a JVM just started loads it within its first milliseconds).
+pub const EXIT_NO_AGENT: u8 = 3;
+
+fn children_that_do(jvms: &[u32]) -> String {
+    let list: Vec<String> = jvms.iter().map(u32::to_string).collect();
+    match list.len() {
+        0 => String::new(),
+        1 => format!("; its child {} does", list[0]),
+        _ => format!("; its children {} do", list.join(", ")),
+    }
+}
+
 /// How long a JVM may take to write its document after SIGQUIT (a safepoint first: a long GC
 /// pause or a thread stuck in a fault delays it).
 pub const TIMEOUT: Duration = Duration::from_secs(20);
@@ -27,17 +106,17 @@ struct Process {
 }
 
 impl Process {
-    fn open(pid: u32) -> Result<Process, String> {
+    fn open(pid: u32) -> Result<Process, LiveError> {
         let proc = PathBuf::from(format!("/proc/{pid}"));
         if !proc.exists() {
-            return Err(format!("no process {pid}"));
+            return Err(LiveError::NoProcess(pid));
         }
         Ok(Process { pid, proc })
     }
 
-    fn read(&self, file: &str) -> Result<Vec<u8>, String> {
+    fn read(&self, file: &str) -> Result<Vec<u8>, LiveError> {
         std::fs::read(self.proc.join(file)).map_err(|e| {
-            format!(
+            LiveError::Unreadable(format!(
                 "cannot read /proc/{}/{file}: {e}{}",
                 self.pid,
                 if e.kind() == std::io::ErrorKind::PermissionDenied {
@@ -45,7 +124,7 @@ impl Process {
                 } else {
                     ""
                 }
-            )
+            ))
         })
     }
 
@@ -55,7 +134,7 @@ impl Process {
             .unwrap_or_default()
     }
 
-    fn runs_agent(&self) -> Result<bool, String> {
+    fn runs_agent(&self) -> Result<bool, LiveError> {
         Ok(String::from_utf8_lossy(&self.read("maps")?).contains(AGENT_FILE))
     }
 
@@ -76,7 +155,7 @@ impl Process {
     }
 
     /// NUL-separated strings of a /proc file (cmdline, environ).
-    fn strings(&self, file: &str) -> Result<Vec<String>, String> {
+    fn strings(&self, file: &str) -> Result<Vec<String>, LiveError> {
         Ok(self
             .read(file)?
             .split(|&b| b == 0)
@@ -88,9 +167,10 @@ impl Process {
     /// Whether the process has a userfaultfd open: the agent opens one when it starts paging
     /// the heap, at VMInit, which is also when JVMTI begins to deliver DataDumpRequest (a
     /// SIGQUIT before then gets HotSpot's thread dump but no stats).
-    fn has_userfaultfd(&self) -> Result<bool, String> {
-        let fds = std::fs::read_dir(self.proc.join("fd"))
-            .map_err(|e| format!("cannot read /proc/{}/fd: {e}", self.pid))?;
+    fn has_userfaultfd(&self) -> Result<bool, LiveError> {
+        let fds = std::fs::read_dir(self.proc.join("fd")).map_err(|e| {
+            LiveError::Unreadable(format!("cannot read /proc/{}/fd: {e}", self.pid))
+        })?;
         Ok(fds.flatten().any(|fd| {
             std::fs::read_link(fd.path())
                 .is_ok_and(|target| target.as_os_str() == "anon_inode:[userfaultfd]")
@@ -99,28 +179,30 @@ impl Process {
 
     /// Whether the process has a handler for `sig` (a JVM started with -Xrs has none for
     /// SIGQUIT, and one still starting may not have it yet: the signal would kill either).
-    fn catches(&self, sig: libc::c_int) -> Result<bool, String> {
+    fn catches(&self, sig: libc::c_int) -> Result<bool, LiveError> {
         let status = String::from_utf8_lossy(&self.read("status")?).into_owned();
         let mask = status
             .lines()
             .find_map(|l| l.strip_prefix("SigCgt:"))
             .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-            .ok_or_else(|| format!("/proc/{}/status has no SigCgt line", self.pid))?;
+            .ok_or_else(|| {
+                LiveError::Unreadable(format!("/proc/{}/status has no SigCgt line", self.pid))
+            })?;
         Ok(mask & (1 << (sig - 1)) != 0)
     }
 }
 
 /// A file descriptor that refers to process `pid` for as long as it is open (Linux 5.3).
 #[allow(unsafe_code)]
-fn pidfd_open(pid: u32) -> Result<OwnedFd, String> {
+fn pidfd_open(pid: u32) -> Result<OwnedFd, LiveError> {
     // SAFETY: pidfd_open takes a pid and flags and touches no memory of ours; it returns a new
     // descriptor, which the OwnedFd then owns, or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
         let e = std::io::Error::last_os_error();
         return Err(match e.raw_os_error() {
-            Some(libc::ESRCH) => format!("no process {pid}"),
-            _ => format!("cannot open process {pid}: {e}"),
+            Some(libc::ESRCH) => LiveError::NoProcess(pid),
+            _ => LiveError::Unreadable(format!("cannot open process {pid}: {e}")),
         });
     }
     // SAFETY: fd was just returned by the kernel and nothing else owns it.
@@ -175,12 +257,15 @@ fn agent_options(cmdline: &[String], env: impl Fn(&str) -> Option<String>) -> (S
 }
 
 /// Where JVM `pid` writes its stats document when asked for it.
-fn dump_path(p: &Process) -> Result<PathBuf, String> {
+fn dump_path(p: &Process) -> Result<PathBuf, LiveError> {
     let cmdline = p.strings("cmdline")?;
     let environ = p.strings("environ").unwrap_or_default();
     let (env_opts, agent_opts) = agent_options(&cmdline, |k| env_var(&environ, k));
     let stats = options::parse(&env_opts, &agent_opts)
-        .map_err(|e| format!("process {}'s agent options: {e}", p.pid))?
+        .map_err(|message| LiveError::BadOptions {
+            pid: p.pid,
+            message,
+        })?
         .stats;
     let path = PathBuf::from(options::dump_path(
         stats.as_deref(),
@@ -203,15 +288,14 @@ fn identity(path: &Path) -> Option<(u64, i64, i64)> {
 }
 
 /// Asks JVM `pid` for its stats document and returns it with where it was written.
-pub fn request(pid: u32, timeout: Duration) -> Result<(PathBuf, StatsDoc), String> {
+pub fn request(pid: u32, timeout: Duration) -> Result<(PathBuf, StatsDoc), LiveError> {
     let p = Process::open(pid)?;
     // The process is held by a pidfd before it is checked: if it exits and its pid is reused
     // meanwhile, the checks may read the newcomer, but the signal goes to the process held,
     // which no longer exists (ESRCH), never to the newcomer.
     let pidfd = pidfd_open(pid)?;
     if !p.runs_agent()? {
-        // `memliner run`'s own pid, or a launcher's, is an easy mistake: name the JVM.
-        let jvms: Vec<String> = p
+        let jvms = p
             .children()
             .into_iter()
             .filter(|c| {
@@ -219,50 +303,36 @@ pub fn request(pid: u32, timeout: Duration) -> Result<(PathBuf, StatsDoc), Strin
                     .and_then(|c| c.runs_agent())
                     .unwrap_or(false)
             })
-            .map(|c| c.to_string())
             .collect();
-        return Err(format!(
-            "process {pid} ({}) does not run the memliner agent{}",
-            p.name(),
-            match jvms.len() {
-                0 => String::new(),
-                1 => format!("; its child {} does", jvms[0]),
-                _ => format!("; its children {} do", jvms.join(", ")),
-            }
-        ));
+        return Err(LiveError::NoAgent {
+            pid,
+            name: p.name(),
+            jvms,
+        });
     }
     if !p.has_userfaultfd()? {
-        return Err(format!(
-            "JVM {pid} does not page its heap (still starting, or running without far memory: \
-             policy=off, or fallback=local after an error): ask again once it pages"
-        ));
+        return Err(LiveError::NotPaging(pid));
     }
     if !p.catches(libc::SIGQUIT)? {
-        return Err(format!(
-            "JVM {pid} was started with -Xrs (it does not handle SIGQUIT): it cannot be \
-             asked for its stats; they are written at exit with stats=PATH"
-        ));
+        return Err(LiveError::IgnoresSigquit(pid));
     }
     let path = dump_path(&p)?;
     let before = identity(&path);
-    pidfd_send_signal(&pidfd, libc::SIGQUIT)
-        .map_err(|e| format!("cannot signal JVM {pid}: {e}"))?;
+    pidfd_send_signal(&pidfd, libc::SIGQUIT).map_err(|error| LiveError::Signal { pid, error })?;
     let deadline = Instant::now() + timeout;
     loop {
         let now = identity(&path);
         if now.is_some() && now != before {
-            let text =
-                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let doc = StatsDoc::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let bad = |message: String| LiveError::BadDocument {
+                path: path.clone(),
+                message,
+            };
+            let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+            let doc = StatsDoc::parse(&text).map_err(bad)?;
             return Ok((path, doc));
         }
         if Instant::now() > deadline {
-            return Err(format!(
-                "JVM {pid} wrote no stats to {} within {} s of SIGQUIT (a safepoint it cannot \
-                 reach, or a directory it cannot write)",
-                path.display(),
-                timeout.as_secs()
-            ));
+            return Err(LiveError::NoAnswer { pid, path, timeout });
         }
         // The JVM writes at its next safepoint: check again shortly, without spinning.
         std::thread::sleep(Duration::from_millis(20));
@@ -330,9 +400,20 @@ mod tests {
 
     #[test]
     fn processes_without_the_agent_or_at_all_are_refused_by_name() {
-        let e = request(std::process::id(), TIMEOUT).unwrap_err();
-        assert!(e.contains("does not run the memliner agent"), "{e}");
+        let me = std::process::id();
+        let e = request(me, TIMEOUT).unwrap_err();
+        assert!(
+            matches!(&e, LiveError::NoAgent { pid, .. } if *pid == me),
+            "{e}"
+        );
+        assert_eq!(e.exit_code(), EXIT_NO_AGENT);
+        assert!(e.to_string().starts_with(&format!("process {me} (")), "{e}");
         let e = request(u32::MAX / 2, TIMEOUT).unwrap_err();
-        assert_eq!(e, format!("no process {}", u32::MAX / 2));
+        assert!(
+            matches!(e, LiveError::NoProcess(p) if p == u32::MAX / 2),
+            "{e}"
+        );
+        assert_eq!(e.to_string(), format!("no process {}", u32::MAX / 2));
+        assert_eq!(e.exit_code(), 2);
     }
 }

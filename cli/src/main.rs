@@ -105,7 +105,8 @@ enum Cmd {
     },
     /// Merge the stats of a job's JVMs (files, or directories of them as `stats=DIR/` writes
     /// them, or the pids of running JVMs, asked for their figures now by SIGQUIT): each JVM's
-    /// faults, remote traffic, GC share and prefetch, and the total.
+    /// faults, remote traffic, GC share and prefetch, and the total. Exit status: 0; 3 when a
+    /// pid runs no memliner agent; 75 when its JVM does not page (yet): ask again; 2 otherwise.
     Stats {
         /// Stats files, directories holding them, or pids of running JVMs with the agent.
         #[arg(required = true, value_name = "PATH|PID", value_parser = parse_source)]
@@ -593,7 +594,10 @@ fn main() -> ExitCode {
                 print!("{}", memliner_cli::aggregate::table(&jvms));
                 ExitCode::SUCCESS
             }
-            Err(e) => fail(e),
+            Err(e) => {
+                eprintln!("memliner: {e}");
+                ExitCode::from(e.exit_code())
+            }
         },
         Cmd::Doctor { java, server, json } => {
             let java = java.unwrap_or_else(locate::java);

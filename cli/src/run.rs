@@ -390,6 +390,7 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
 
 static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
+#[allow(unsafe_code)]
 extern "C" fn forward_signal(sig: libc::c_int) {
     let pid = CHILD.load(std::sync::atomic::Ordering::SeqCst);
     // Ctrl-C and Ctrl-\ reach the JVM from the terminal already (same process group); only

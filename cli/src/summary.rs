@@ -21,7 +21,7 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
         format_size(budget * 4096),
         100.0 * budget as f64 / heap_pages as f64,
         pager.store,
-        if pager.delivery == "signal" {
+        if pager.delivery == memliner_agent::model::FaultDelivery::Signal {
             "the faulting threads"
         } else {
             "handler threads"
@@ -183,7 +183,7 @@ mod tests {
     #[test]
     fn summarises_a_document() {
         let mut doc = StatsDoc::sample();
-        doc.policy = "baseline".into();
+        doc.policy = memliner_agent::options::Policy::Baseline;
         let text = lines(&doc).join("\n");
         assert!(
             text.contains("G1 heap 64.0 MiB, local 16.0 MiB (25%), policy baseline, pages to tcp://127.0.0.1:1, faults served by the faulting threads"),
@@ -210,7 +210,7 @@ mod tests {
             "{text}"
         );
         let off = StatsDoc {
-            policy: "off".into(),
+            policy: memliner_agent::options::Policy::Off,
             pager: None,
             ..StatsDoc::sample()
         };

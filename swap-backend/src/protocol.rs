@@ -123,27 +123,14 @@ pub struct Header {
 }
 
 /// Why a frame could not be decoded.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     /// The stream ended or failed.
-    Io(io::Error),
+    #[error("{0}")]
+    Io(#[from] io::Error),
     /// The bytes are not a frame of this protocol version.
+    #[error("malformed frame: {0}")]
     Malformed(String),
-}
-
-impl From<io::Error> for FrameError {
-    fn from(e: io::Error) -> Self {
-        FrameError::Io(e)
-    }
-}
-
-impl std::fmt::Display for FrameError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FrameError::Io(e) => write!(f, "{e}"),
-            FrameError::Malformed(m) => write!(f, "malformed frame: {m}"),
-        }
-    }
 }
 
 impl Header {
@@ -467,6 +454,49 @@ impl Grant {
     }
 }
 
+/// What a one-sided client's data endpoint sends with its connection request (libfabric's
+/// connection data): this protocol's magic and version, then the session its control channel
+/// was given in [`AttachOk`]. The server accepts a data connection only for a live session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectData {
+    pub session: u64,
+}
+
+impl ConnectData {
+    /// Bytes on the wire: magic (4), version (1), zeros (3), session (8).
+    pub const LEN: usize = 16;
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4] = VERSION;
+        b[8..16].copy_from_slice(&self.session.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<ConnectData, String> {
+        if b.len() < Self::LEN {
+            return Err(format!(
+                "{} bytes of connection data, not {}",
+                b.len(),
+                Self::LEN
+            ));
+        }
+        if b[0..4] != MAGIC.to_le_bytes() {
+            return Err("connection data of another protocol".into());
+        }
+        if b[4] != VERSION {
+            return Err(format!(
+                "connection data of protocol version {}, this server speaks {VERSION}",
+                b[4]
+            ));
+        }
+        Ok(ConnectData {
+            session: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+        })
+    }
+}
+
 /// The answer to `Attach`: where the one-sided endpoint listens. Slots come with `Alloc`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttachOk {
@@ -706,6 +736,26 @@ impl<'a> Reply<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connect_data_round_trips_and_names_what_is_wrong() {
+        let d = ConnectData {
+            session: 0x0123_4567_89ab_cdef,
+        };
+        assert_eq!(ConnectData::decode(&d.encode()), Ok(d));
+        assert!(ConnectData::decode(&d.encode()[..8])
+            .unwrap_err()
+            .contains("8 bytes of connection data"));
+        let mut other = d.encode();
+        other[4] = VERSION + 1;
+        assert!(ConnectData::decode(&other)
+            .unwrap_err()
+            .contains("protocol version"));
+        other[0] ^= 1;
+        assert!(ConnectData::decode(&other)
+            .unwrap_err()
+            .contains("another protocol"));
+    }
 
     #[test]
     fn header_round_trips() {

@@ -29,9 +29,8 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::protocol::{code, Lane, PAGE_SIZE};
+pub use crate::replication_stats::{ReplicationStats, ServerReplicaStats};
 use crate::store::{PageStore, StoreError};
 
 /// Pages per stripe: one server's share of neighbouring pages.
@@ -94,41 +93,6 @@ impl std::fmt::Debug for Member {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Member").field("name", &self.name).finish()
     }
-}
-
-/// What a replicated store did: one of the stats document's parts.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReplicationStats {
-    /// Copies of each page wanted.
-    pub replicas: u32,
-    pub servers: Vec<ServerReplicaStats>,
-    /// Pages held (at the time of writing).
-    pub pages: u64,
-    /// Of those, pages with fewer copies than wanted (or than servers up).
-    pub pages_under_replicated: u64,
-    /// Pages copied to another server after a copy was lost.
-    pub pages_recopied: u64,
-    /// Pages read from another copy after the first one's server failed.
-    pub reads_failed_over: u64,
-    /// Pages every copy of which was lost.
-    pub pages_lost: u64,
-}
-
-/// One server's part of [`ReplicationStats`].
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerReplicaStats {
-    pub server: String,
-    pub up: bool,
-    /// Times the server was lost.
-    pub losses: u64,
-    /// Times it was connected again after a loss (or after being unreachable at start).
-    pub rejoins: u64,
-    /// Pages it holds (at the time of writing).
-    pub pages: u64,
-    pub pages_read: u64,
-    pub pages_written: u64,
 }
 
 enum State {

@@ -99,6 +99,23 @@ struct Namespace {
     errors: AtomicU64,
 }
 
+impl Namespace {
+    /// An empty namespace with `connections` attached.
+    fn new(key: SessionKey, connections: u64) -> Namespace {
+        Namespace {
+            key,
+            pages: PageMap::default(),
+            connections: AtomicU64::new(connections),
+            held: AtomicU64::new(0),
+            detached: Mutex::new(None),
+            pages_read: AtomicU64::new(0),
+            pages_written: AtomicU64::new(0),
+            pages_freed: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }
+    }
+}
+
 struct Shared {
     config: ServerConfig,
     capacity_pages: u64,
@@ -116,6 +133,25 @@ struct Shared {
     /// Every open connection, so that stopping the server closes them.
     connections: Mutex<HashMap<u64, TcpStream>>,
     next_connection: AtomicU64,
+}
+
+impl Shared {
+    fn new(config: ServerConfig, target: Option<Arc<Target>>) -> Shared {
+        Shared {
+            capacity_pages: config.capacity_bytes / PAGE_SIZE as u64,
+            config,
+            used_pages: AtomicU64::new(0),
+            pages_read: AtomicU64::new(0),
+            pages_written: AtomicU64::new(0),
+            cpu_ns: AtomicU64::new(0),
+            namespaces: Mutex::new(HashMap::new()),
+            namespace_gone: std::sync::Condvar::new(),
+            stopping: AtomicBool::new(false),
+            target,
+            connections: Mutex::new(HashMap::new()),
+            next_connection: AtomicU64::new(0),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -254,20 +290,7 @@ pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle
     } else {
         None
     };
-    let shared = Arc::new(Shared {
-        capacity_pages,
-        config,
-        used_pages: AtomicU64::new(0),
-        pages_read: AtomicU64::new(0),
-        pages_written: AtomicU64::new(0),
-        cpu_ns: AtomicU64::new(0),
-        namespaces: Mutex::new(HashMap::new()),
-        namespace_gone: std::sync::Condvar::new(),
-        stopping: AtomicBool::new(false),
-        target,
-        connections: Mutex::new(HashMap::new()),
-        next_connection: AtomicU64::new(0),
-    });
+    let shared = Arc::new(Shared::new(config, target));
     let s = shared.clone();
     let thread = std::thread::Builder::new()
         .name("memliner-accept".into())
@@ -366,8 +389,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 if let Err(reason) = result {
                     // Closes and silent connections are routine (and a flood of the latter
                     // must not flood the log): shown under --verbose only.
-                    let routine = reason.starts_with("closed") || reason.starts_with("no hello");
-                    if s.config.verbose || !routine {
+                    if s.config.verbose || !reason.routine() {
                         eprintln!("memliner-server: connection from {peer} closed: {reason}");
                     }
                 }
@@ -576,8 +598,43 @@ fn send_error(w: &mut impl Write, request: u64, code: u16, msg: &str) -> std::io
     .write_to(w, request)
 }
 
-fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<(), String> {
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+/// Why a connection ended (logged with its peer).
+#[derive(Debug, thiserror::Error)]
+enum ConnectionEnd {
+    #[error("closed by client{}", .0.as_ref().map_or(String::new(), |e| format!(" ({e})")))]
+    ClosedByClient(Option<std::io::Error>),
+    #[error("closed before hello")]
+    ClosedBeforeHello,
+    #[error("no hello within {}", crate::units::format_duration(*.0))]
+    NoHello(std::time::Duration),
+    #[error("first frame was {0:?}, not hello")]
+    NotHello(protocol::Op),
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("bad {op:?} frame from a client: {message}")]
+    BadFrame { op: protocol::Op, message: String },
+    #[error("a second hello on one connection")]
+    SecondHello,
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Frame(#[from] FrameError),
+}
+
+impl ConnectionEnd {
+    /// Ends that happen in normal operation: logged under --verbose only.
+    fn routine(&self) -> bool {
+        matches!(
+            self,
+            ConnectionEnd::ClosedByClient(_)
+                | ConnectionEnd::ClosedBeforeHello
+                | ConnectionEnd::NoHello(_)
+        )
+    }
+}
+
+fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<(), ConnectionEnd> {
+    stream.set_nodelay(true)?;
     let mut payload = Vec::new();
     // A client that exits with a reply unread resets the connection (a JVM whose threads
     // serve their own faults can exit mid-request): that is a close, not an error.
@@ -587,9 +644,9 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
     };
     let io = |e: std::io::Error| {
         if gone(&e) {
-            format!("closed by client ({e})")
+            ConnectionEnd::ClosedByClient(Some(e))
         } else {
-            e.to_string()
+            ConnectionEnd::Io(e)
         }
     };
 
@@ -598,94 +655,48 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
     ) {
         Ok(h) => Ok(Some(h)),
         Err(FrameError::Io(e)) if gone(&e) => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(ConnectionEnd::Frame(e)),
     };
 
     // Hello first, within the deadline, read without buffers: a connection that never says
     // hello costs its thread and nothing more, and only until the deadline.
     let deadline = shared.config.limits.hello_deadline;
-    stream
-        .set_read_timeout(Some(deadline))
-        .map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(deadline))?;
     let h = match read_frame(&mut &stream, &mut payload) {
         Ok(h) => h,
-        Err(FrameError::Io(e)) if gone(&e) => return Err("closed before hello".into()),
+        Err(FrameError::Io(e)) if gone(&e) => return Err(ConnectionEnd::ClosedBeforeHello),
         Err(FrameError::Io(e))
             if matches!(
                 e.kind(),
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
             ) =>
         {
-            let why = format!(
-                "no hello within {}",
-                crate::units::format_duration(deadline)
-            );
-            let _ = send_error(&mut &stream, 0, code::LIMIT, &why);
-            return Err(why);
+            let end = ConnectionEnd::NoHello(deadline);
+            let _ = send_error(&mut &stream, 0, code::LIMIT, &end.to_string());
+            return Err(end);
         }
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     };
-    stream.set_read_timeout(None).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(None)?;
     let hello = match Request::decode(h.op, &payload) {
         Ok(Request::Hello(hello)) => hello,
         Ok(other) => {
             let _ = send_error(&mut &stream, h.request, code::BAD_REQUEST, "expected hello");
-            return Err(format!("first frame was {:?}, not hello", other.op()));
+            return Err(ConnectionEnd::NotHello(other.op()));
         }
-        Err(e) => return Err(e),
+        Err(message) => return Err(ConnectionEnd::BadFrame { op: h.op, message }),
     };
     let (name, lane) = (hello.namespace, hello.lane);
     let refuse = |code: u16, why: String| {
         let _ = send_error(&mut &stream, h.request, code, &why);
-        Err(format!("refused: {why}"))
+        Err(ConnectionEnd::Refused(why))
     };
     if let Some(expected) = &shared.config.token {
         if !same_secret(hello.token.as_bytes(), expected.as_bytes()) {
             return refuse(code::AUTH, "bad token".into());
         }
     }
-    let attached = {
-        let mut all = lock(&shared.namespaces);
-        match (all.get(&name), &hello.key) {
-            (Some(ns), Some(k)) if ns.key.matches(k) => {
-                let max = shared.config.limits.connections_per_client;
-                if ns.connections.load(Ordering::SeqCst) >= max as u64 {
-                    Err((
-                        code::LIMIT,
-                        format!("namespace '{name}' has {max} connections open, the most one client may"),
-                    ))
-                } else {
-                    ns.connections.fetch_add(1, Ordering::SeqCst);
-                    *lock(&ns.detached) = None;
-                    Ok((ns.clone(), false))
-                }
-            }
-            (Some(_), _) => Err((code::SESSION, format!(
-                "namespace '{name}' belongs to another client (only a connection presenting its session key attaches to it)"
-            ))),
-            (None, Some(_)) => Err((code::SESSION, format!(
-                "namespace '{name}' no longer exists here: the pages it held are gone (the server restarted, or its owner stayed away past the grace period)"
-            ))),
-            (None, None) => match SessionKey::random() {
-                Ok(key) => {
-                    let ns = Arc::new(Namespace {
-                        key,
-                        pages: PageMap::default(),
-                        connections: AtomicU64::new(1),
-                        held: AtomicU64::new(0),
-                        detached: Mutex::new(None),
-                        pages_read: AtomicU64::new(0),
-                        pages_written: AtomicU64::new(0),
-                        pages_freed: AtomicU64::new(0),
-                        errors: AtomicU64::new(0),
-                    });
-                    all.insert(name.clone(), ns.clone());
-                    Ok((ns, true))
-                }
-                Err(e) => Err((code::BAD_REQUEST, format!("cannot make a session key: {e}"))),
-            },
-        }
-    };
+    let attached = attach(shared, &name, hello.key.as_ref());
     let (ns, created) = match attached {
         Ok(a) => a,
         Err((c, why)) => return refuse(c, why),
@@ -697,8 +708,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
         ns: ns.clone(),
         peer: peer.to_string(),
     };
-    let mut reader =
-        BufReader::with_capacity(256 << 10, stream.try_clone().map_err(|e| e.to_string())?);
+    let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
     Reply::HelloOk(HelloOk {
         page_size: PAGE_SIZE as u32,
@@ -728,7 +738,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
         }
         let Some(h) = read(&mut reader, &mut payload)? else {
             writer.flush().map_err(io)?;
-            return Err("closed by client".into());
+            return Err(ConnectionEnd::ClosedByClient(None));
         };
         let arrived = std::time::Instant::now();
         if let Some(l) = shared.config.latency {
@@ -740,150 +750,185 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
             Err(e) => {
                 let _ = ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, &e);
                 let _ = writer.flush();
-                return Err(format!("bad {:?} frame from a client: {e}", h.op));
+                return Err(ConnectionEnd::BadFrame {
+                    op: h.op,
+                    message: e,
+                });
             }
         };
-        match request {
-            Request::Read { ids } => {
-                out.clear();
-                let missing = ns.pages.read_into(&ids, &mut out).err();
-                if let Some(id) = missing {
-                    let msg = format!("page {id} is not stored in namespace '{name}'");
-                    ns_error(&ns, &mut writer, h.request, code::NOT_FOUND, &msg).map_err(io)?;
-                    continue;
-                }
-                shared
-                    .pages_read
-                    .fetch_add(ids.len() as u64, Ordering::Relaxed);
-                ns.pages_read.fetch_add(ids.len() as u64, Ordering::Relaxed);
-                Reply::ReadOk(&out)
-                    .write_to(&mut writer, h.request)
-                    .map_err(io)?;
-            }
-            Request::Write { ids, data } => {
-                let new = ns.pages.missing(&ids);
-                if let Err((c, msg)) = reserve(shared, &ns, &name, new, new) {
-                    ns_error(&ns, &mut writer, h.request, c, &msg).map_err(io)?;
-                    continue;
-                }
-                // Counted and stored shard by shard: another connection of the namespace may
-                // have stored or freed one of these pages in between (the pager never writes
-                // a page from two connections at once). Settle the difference.
-                let added = ns.pages.write(&ids, data);
-                if added < new {
-                    give_back(shared, &ns, new - added);
-                } else if added > new {
-                    ns.held.fetch_add(added - new, Ordering::SeqCst);
-                    shared.used_pages.fetch_add(added - new, Ordering::SeqCst);
-                }
-                shared
-                    .pages_written
-                    .fetch_add(ids.len() as u64, Ordering::Relaxed);
-                ns.pages_written
-                    .fetch_add(ids.len() as u64, Ordering::Relaxed);
-                Reply::WriteOk
-                    .write_to(&mut writer, h.request)
-                    .map_err(io)?;
-            }
-            Request::Free { ids } => {
-                let freed = ns.pages.free(&ids);
-                give_back(shared, &ns, freed);
-                ns.pages_freed.fetch_add(freed, Ordering::Relaxed);
-                Reply::FreeOk.write_to(&mut writer, h.request).map_err(io)?;
-            }
-            Request::Stats => {
-                let stats = protocol::ServerStats {
-                    pages_stored: shared.used_pages.load(Ordering::Relaxed),
-                    capacity_pages: shared.capacity_pages,
-                    namespaces: lock(&shared.namespaces).len() as u64,
-                    pages_read: shared.pages_read.load(Ordering::Relaxed),
-                    pages_written: shared.pages_written.load(Ordering::Relaxed),
-                };
-                Reply::StatsOk(stats)
-                    .write_to(&mut writer, h.request)
-                    .map_err(io)?;
-            }
-            Request::Attach => {
-                let Some(target) = shared.target.as_deref() else {
-                    let msg = "this server has no one-sided listener: start it with --listen fabric://HOST:PORT";
-                    ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
-                    continue;
-                };
-                if session.is_some() {
-                    let msg = "this connection is attached already";
-                    ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
-                    continue;
-                }
-                let ok = target.attach();
-                if shared.config.verbose {
-                    eprintln!("memliner-server: namespace '{name}' attached for one-sided access");
-                }
-                session = Some(Session {
-                    shared,
-                    target,
-                    ns: ns.clone(),
-                    id: ok.session,
-                });
-                Reply::AttachOk(ok)
-                    .write_to(&mut writer, h.request)
-                    .map_err(io)?;
-            }
-            Request::Alloc { need, want } => {
-                let Some(s) = &session else {
-                    let msg = "alloc before attach";
-                    ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
-                    continue;
-                };
-                let count = match reserve(shared, &ns, &name, need as u64, want as u64) {
-                    Ok(n) => n as u32,
-                    Err((c, msg)) => {
-                        ns_error(&ns, &mut writer, h.request, c, &msg).map_err(io)?;
-                        continue;
-                    }
-                };
-                match s.target.alloc(s.id, count) {
-                    Ok(grants) => Reply::AllocOk(grants)
-                        .write_to(&mut writer, h.request)
-                        .map_err(io)?,
-                    Err(msg) => {
-                        shared.used_pages.fetch_sub(count as u64, Ordering::SeqCst);
-                        ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, &msg)
-                            .map_err(io)?;
-                    }
-                }
-            }
-            Request::Release { grants } => {
-                let Some(s) = &session else {
-                    let msg = "release before attach";
-                    ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, msg).map_err(io)?;
-                    continue;
-                };
-                match s.target.release(s.id, &grants) {
-                    Ok(slots) => {
-                        give_back(shared, &ns, slots);
-                        Reply::ReleaseOk
-                            .write_to(&mut writer, h.request)
-                            .map_err(io)?;
-                    }
-                    Err(msg) => {
-                        ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, &msg)
-                            .map_err(io)?;
-                    }
-                }
-            }
-            Request::Hello(_) => {
-                let _ = ns_error(
-                    &ns,
-                    &mut writer,
-                    h.request,
-                    code::BAD_REQUEST,
-                    "second hello",
-                );
-                let _ = writer.flush();
-                return Err("a second hello on one connection".into());
-            }
+        if let Request::Hello(_) = request {
+            let _ = ns_error(
+                &ns,
+                &mut writer,
+                h.request,
+                code::BAD_REQUEST,
+                "second hello",
+            );
+            let _ = writer.flush();
+            return Err(ConnectionEnd::SecondHello);
+        }
+        match respond(shared, &ns, &name, &mut session, request, &mut out) {
+            Ok(reply) => reply.write_to(&mut writer, h.request).map_err(io)?,
+            Err((c, msg)) => ns_error(&ns, &mut writer, h.request, c, &msg).map_err(io)?,
         }
     }
+}
+
+/// Attaches a hello presenting `key` to namespace `name`: the namespace and whether it was
+/// created, or a refusal. A new name makes a namespace (with a new key); an existing one
+/// takes only its own key, and at most `connections_per_client` connections.
+fn attach(
+    shared: &Shared,
+    name: &str,
+    key: Option<&SessionKey>,
+) -> Result<(Arc<Namespace>, bool), (u16, String)> {
+    let mut all = lock(&shared.namespaces);
+    match (all.get(name), key) {
+        (Some(ns), Some(k)) if ns.key.matches(k) => {
+            let max = shared.config.limits.connections_per_client;
+            if ns.connections.load(Ordering::SeqCst) >= max as u64 {
+                Err((
+                    code::LIMIT,
+                    format!("namespace '{name}' has {max} connections open, the most one client may"),
+                ))
+            } else {
+                ns.connections.fetch_add(1, Ordering::SeqCst);
+                *lock(&ns.detached) = None;
+                Ok((ns.clone(), false))
+            }
+        }
+        (Some(_), _) => Err((code::SESSION, format!(
+            "namespace '{name}' belongs to another client (only a connection presenting its session key attaches to it)"
+        ))),
+        (None, Some(_)) => Err((code::SESSION, format!(
+            "namespace '{name}' no longer exists here: the pages it held are gone (the server restarted, or its owner stayed away past the grace period)"
+        ))),
+        (None, None) => match SessionKey::random() {
+            Ok(key) => {
+                let ns = Arc::new(Namespace::new(key, 1));
+                all.insert(name.to_string(), ns.clone());
+                Ok((ns, true))
+            }
+            Err(e) => Err((code::BAD_REQUEST, format!("cannot make a session key: {e}"))),
+        },
+    }
+}
+
+/// The answer to one request of a connection attached to namespace `name` (`ns`): its reply,
+/// or a refusal (a [`code`] and why) that the connection survives. `out` holds a read's pages;
+/// `session` is the connection's one-sided session, once it attached. A hello is not
+/// answered here: a second one ends the connection.
+fn respond<'s, 'o>(
+    shared: &'s Shared,
+    ns: &Arc<Namespace>,
+    name: &str,
+    session: &mut Option<Session<'s>>,
+    request: Request<'_>,
+    out: &'o mut Vec<u8>,
+) -> Result<Reply<'o>, (u16, String)> {
+    Ok(match request {
+        Request::Read { ids } => {
+            out.clear();
+            if let Err(id) = ns.pages.read_into(&ids, out) {
+                return Err((
+                    code::NOT_FOUND,
+                    format!("page {id} is not stored in namespace '{name}'"),
+                ));
+            }
+            shared
+                .pages_read
+                .fetch_add(ids.len() as u64, Ordering::Relaxed);
+            ns.pages_read.fetch_add(ids.len() as u64, Ordering::Relaxed);
+            let out: &'o Vec<u8> = out;
+            Reply::ReadOk(out.as_slice())
+        }
+        Request::Write { ids, data } => {
+            let new = ns.pages.missing(&ids);
+            reserve(shared, ns, name, new, new)?;
+            // Counted and stored shard by shard: another connection of the namespace may
+            // have stored or freed one of these pages in between (the pager never writes
+            // a page from two connections at once). Settle the difference.
+            let added = ns.pages.write(&ids, data);
+            if added < new {
+                give_back(shared, ns, new - added);
+            } else if added > new {
+                ns.held.fetch_add(added - new, Ordering::SeqCst);
+                shared.used_pages.fetch_add(added - new, Ordering::SeqCst);
+            }
+            shared
+                .pages_written
+                .fetch_add(ids.len() as u64, Ordering::Relaxed);
+            ns.pages_written
+                .fetch_add(ids.len() as u64, Ordering::Relaxed);
+            Reply::WriteOk
+        }
+        Request::Free { ids } => {
+            let freed = ns.pages.free(&ids);
+            give_back(shared, ns, freed);
+            ns.pages_freed.fetch_add(freed, Ordering::Relaxed);
+            Reply::FreeOk
+        }
+        Request::Stats => Reply::StatsOk(protocol::ServerStats {
+            pages_stored: shared.used_pages.load(Ordering::Relaxed),
+            capacity_pages: shared.capacity_pages,
+            namespaces: lock(&shared.namespaces).len() as u64,
+            pages_read: shared.pages_read.load(Ordering::Relaxed),
+            pages_written: shared.pages_written.load(Ordering::Relaxed),
+        }),
+        Request::Attach => {
+            let Some(target) = shared.target.as_deref() else {
+                return Err((
+                    code::BAD_REQUEST,
+                    "this server has no one-sided listener: start it with --listen fabric://HOST:PORT".into(),
+                ));
+            };
+            if session.is_some() {
+                return Err((
+                    code::BAD_REQUEST,
+                    "this connection is attached already".into(),
+                ));
+            }
+            let ok = target.attach();
+            if shared.config.verbose {
+                eprintln!("memliner-server: namespace '{name}' attached for one-sided access");
+            }
+            *session = Some(Session {
+                shared,
+                target,
+                ns: ns.clone(),
+                id: ok.session,
+            });
+            Reply::AttachOk(ok)
+        }
+        Request::Alloc { need, want } => {
+            let Some(s) = session.as_ref() else {
+                return Err((code::BAD_REQUEST, "alloc before attach".into()));
+            };
+            let count = reserve(shared, ns, name, need as u64, want as u64)? as u32;
+            match s.target.alloc(s.id, count) {
+                Ok(grants) => Reply::AllocOk(grants),
+                Err(msg) => {
+                    // The namespace's count goes back too, or its quota would shrink.
+                    give_back(shared, ns, count as u64);
+                    return Err((code::BAD_REQUEST, msg));
+                }
+            }
+        }
+        Request::Release { grants } => {
+            let Some(s) = session.as_ref() else {
+                return Err((code::BAD_REQUEST, "release before attach".into()));
+            };
+            let slots = s
+                .target
+                .release(s.id, &grants)
+                .map_err(|msg| (code::BAD_REQUEST, msg))?;
+            give_back(shared, ns, slots);
+            Reply::ReleaseOk
+        }
+        Request::Hello(_) => {
+            return Err((code::BAD_REQUEST, "second hello".into()));
+        }
+    })
 }
 
 impl std::fmt::Debug for ServerHandle {
@@ -891,5 +936,251 @@ impl std::fmt::Debug for ServerHandle {
         f.debug_struct("ServerHandle")
             .field("addr", &self.addr)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::borrow::Cow;
+
+    fn shared(capacity_pages: u64, quota_pages: Option<u64>) -> Shared {
+        Shared::new(
+            ServerConfig {
+                quota_pages,
+                ..ServerConfig::with_capacity(capacity_pages * PAGE_SIZE as u64)
+            },
+            None,
+        )
+    }
+
+    fn namespace() -> Arc<Namespace> {
+        Arc::new(Namespace::new(SessionKey::random().unwrap(), 1))
+    }
+
+    fn page(fill: u8) -> Vec<u8> {
+        vec![fill; PAGE_SIZE]
+    }
+
+    /// `respond` to `request` with no session: the reply's op and bytes, or the refusal.
+    fn ask(
+        s: &Shared,
+        ns: &Arc<Namespace>,
+        request: Request<'_>,
+    ) -> Result<(Op, Vec<u8>), (u16, String)> {
+        let mut out = Vec::new();
+        let mut session = None;
+        let reply = respond(s, ns, "n", &mut session, request, &mut out)?;
+        let bytes = match &reply {
+            Reply::ReadOk(b) => b.to_vec(),
+            _ => Vec::new(),
+        };
+        Ok((reply.op(), bytes))
+    }
+
+    fn write(ids: &[u64], data: &[u8]) -> Request<'static> {
+        Request::Write {
+            ids: Cow::Owned(ids.to_vec()),
+            data: Vec::leak(data.to_vec()),
+        }
+    }
+
+    fn read(ids: &[u64]) -> Request<'static> {
+        Request::Read {
+            ids: Cow::Owned(ids.to_vec()),
+        }
+    }
+
+    use crate::protocol::Op;
+
+    #[test]
+    fn pages_written_read_back_in_the_order_asked_and_a_missing_one_is_named() {
+        let s = shared(16, None);
+        let ns = namespace();
+        let data = [page(1), page(2)].concat();
+        assert_eq!(ask(&s, &ns, write(&[7, 9], &data)).unwrap().0, Op::WriteOk);
+        let (op, bytes) = ask(&s, &ns, read(&[9, 7])).unwrap();
+        assert_eq!(op, Op::ReadOk);
+        assert_eq!(bytes, [page(2), page(1)].concat());
+        assert_eq!(
+            ask(&s, &ns, read(&[7, 8])).unwrap_err(),
+            (
+                code::NOT_FOUND,
+                "page 8 is not stored in namespace 'n'".into()
+            )
+        );
+        assert_eq!(s.used_pages.load(Ordering::SeqCst), 2);
+        assert_eq!(s.pages_read.load(Ordering::SeqCst), 2);
+        assert_eq!(ns.pages_written.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn capacity_counts_new_pages_only_and_a_free_gives_room_back() {
+        let s = shared(3, None);
+        let ns = namespace();
+        let three = [page(1), page(2), page(3)].concat();
+        ask(&s, &ns, write(&[0, 1, 2], &three)).unwrap();
+        // Rewriting a stored page takes no room.
+        ask(&s, &ns, write(&[1], &page(9))).unwrap();
+        assert_eq!(
+            ask(&s, &ns, write(&[3], &page(4))).unwrap_err(),
+            (
+                code::CAPACITY,
+                "capacity of 3 pages (0 MiB) exhausted".into()
+            )
+        );
+        // A refused batch stores nothing of it.
+        assert_eq!(ns.pages.missing(&[3]), 1);
+        assert_eq!(
+            ask(
+                &s,
+                &ns,
+                Request::Free {
+                    ids: Cow::Owned(vec![0, 5])
+                }
+            )
+            .unwrap()
+            .0,
+            Op::FreeOk
+        );
+        assert_eq!(s.used_pages.load(Ordering::SeqCst), 2);
+        assert_eq!(ns.held.load(Ordering::SeqCst), 2);
+        ask(&s, &ns, write(&[3], &page(4))).unwrap();
+        assert_eq!(ask(&s, &ns, read(&[1])).unwrap().1, page(9));
+    }
+
+    #[test]
+    fn a_namespace_stops_at_its_quota_while_the_server_has_room() {
+        let s = shared(100, Some(2));
+        let (a, b) = (namespace(), namespace());
+        ask(&s, &a, write(&[0, 1], &[page(1), page(2)].concat())).unwrap();
+        let (c, why) = ask(&s, &a, write(&[2], &page(3))).unwrap_err();
+        assert_eq!(c, code::QUOTA);
+        assert!(why.contains("quota of 2 pages"), "{why}");
+        // Another namespace has its own quota.
+        ask(&s, &b, write(&[2], &page(3))).unwrap();
+        assert_eq!(s.used_pages.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn one_sided_requests_without_a_listener_or_a_session_are_refused() {
+        let s = shared(16, None);
+        let ns = namespace();
+        let (c, why) = ask(&s, &ns, Request::Attach).unwrap_err();
+        assert_eq!(c, code::BAD_REQUEST);
+        assert!(why.contains("no one-sided listener"), "{why}");
+        assert_eq!(
+            ask(&s, &ns, Request::Alloc { need: 1, want: 2 }).unwrap_err(),
+            (code::BAD_REQUEST, "alloc before attach".into())
+        );
+        assert_eq!(
+            ask(
+                &s,
+                &ns,
+                Request::Release {
+                    grants: Cow::Owned(vec![0])
+                }
+            )
+            .unwrap_err(),
+            (code::BAD_REQUEST, "release before attach".into())
+        );
+        assert_eq!(s.used_pages.load(Ordering::SeqCst), 0);
+        let (op, _) = ask(&s, &ns, Request::Stats).unwrap();
+        assert_eq!(op, Op::StatsOk);
+    }
+
+    #[test]
+    fn a_namespace_takes_only_its_own_key_and_a_bounded_number_of_connections() {
+        let mut config = ServerConfig::with_capacity(1 << 20);
+        config.limits.connections_per_client = 2;
+        let s = Shared::new(config, None);
+        let refused = |r: Result<(Arc<Namespace>, bool), (u16, String)>| match r {
+            Ok(_) => panic!("attached"),
+            Err(e) => e,
+        };
+        let Ok((ns, created)) = attach(&s, "jvm", None) else {
+            panic!("no namespace")
+        };
+        assert!(created);
+        let key = ns.key;
+        // Its owner's second connection attaches; a third is over the limit.
+        let Ok((again, created)) = attach(&s, "jvm", Some(&key)) else {
+            panic!("the owner's key refused")
+        };
+        assert!(!created && Arc::ptr_eq(&ns, &again));
+        let (c, why) = refused(attach(&s, "jvm", Some(&key)));
+        assert_eq!(c, code::LIMIT);
+        assert!(why.contains("has 2 connections open"), "{why}");
+        // Without the key, or with another one, the name is somebody else's.
+        for wrong in [None, Some(SessionKey([7; 16]))] {
+            let (c, why) = refused(attach(&s, "jvm", wrong.as_ref()));
+            assert_eq!(c, code::SESSION);
+            assert!(why.contains("belongs to another client"), "{why}");
+        }
+        // A key for a name the server does not hold: its pages are gone.
+        let (c, why) = refused(attach(&s, "gone", Some(&key)));
+        assert_eq!(c, code::SESSION);
+        assert!(why.contains("no longer exists here"), "{why}");
+        assert_eq!(lock(&s.namespaces).len(), 1);
+    }
+
+    #[test]
+    fn closes_and_silent_clients_are_routine_and_the_rest_is_not() {
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(ConnectionEnd::ClosedByClient(Some(reset)).routine());
+        assert!(ConnectionEnd::ClosedBeforeHello.routine());
+        let silent = ConnectionEnd::NoHello(std::time::Duration::from_secs(5));
+        assert!(silent.routine());
+        assert_eq!(silent.to_string(), "no hello within 5s");
+        assert!(!ConnectionEnd::SecondHello.routine());
+        assert!(!ConnectionEnd::Refused("bad token".into()).routine());
+        let bad = ConnectionEnd::Frame(FrameError::Malformed("bad magic".into()));
+        assert!(!bad.routine());
+        assert_eq!(bad.to_string(), "malformed frame: bad magic");
+        assert_eq!(
+            ConnectionEnd::ClosedByClient(None).to_string(),
+            "closed by client"
+        );
+    }
+
+    /// A stream that hands over one byte per read, as a slow network may.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let Some((first, rest)) = self.0.split_first() else {
+                return Ok(0);
+            };
+            if buf.is_empty() {
+                return Ok(0);
+            }
+            buf[0] = *first;
+            self.0 = rest;
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn frames_that_arrive_a_byte_at_a_time_decode_and_a_cut_one_is_an_error() {
+        let mut wire = Vec::new();
+        write(&[3], &page(5)).write_to(&mut wire, 42).unwrap();
+        read(&[3]).write_to(&mut wire, 43).unwrap();
+        let mut r = Trickle(&wire);
+        let mut payload = Vec::new();
+        let h = read_frame(&mut r, &mut payload).unwrap();
+        assert_eq!((h.op, h.request), (Op::Write, 42));
+        let Request::Write { ids, data } = Request::decode(h.op, &payload).unwrap() else {
+            panic!("not a write");
+        };
+        assert_eq!((&*ids, data), (&[3u64][..], &page(5)[..]));
+        let h = read_frame(&mut r, &mut payload).unwrap();
+        assert_eq!((h.op, h.request), (Op::Read, 43));
+        // The same frame cut short: the stream's end is an error, not a frame.
+        let mut cut = Trickle(&wire[..wire.len() - 3]);
+        read_frame(&mut cut, &mut payload).unwrap();
+        assert!(matches!(
+            read_frame(&mut cut, &mut payload),
+            Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof
+        ));
     }
 }

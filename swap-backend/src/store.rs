@@ -87,7 +87,7 @@ pub trait PageStore: Send + Sync {
         self.describe()
     }
     /// Where each server stands, for a store that replicates pages over several.
-    fn replication(&self) -> Option<crate::replica::ReplicationStats> {
+    fn replication(&self) -> Option<crate::replication_stats::ReplicationStats> {
         None
     }
 }
@@ -251,7 +251,7 @@ impl PageStore for LatencyStore {
         self.inner.describe_page(id)
     }
 
-    fn replication(&self) -> Option<crate::replica::ReplicationStats> {
+    fn replication(&self) -> Option<crate::replication_stats::ReplicationStats> {
         self.inner.replication()
     }
 }

@@ -330,3 +330,146 @@ impl std::fmt::Debug for TcpStore {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Header, HelloOk, SessionKey};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// A server that says hello to every connection and answers each request with what
+    /// `script` writes (given the request's header and its number among all requests); the
+    /// hellos are counted.
+    fn scripted(
+        script: impl Fn(&Header, usize, &mut TcpStream) + Send + Sync + 'static,
+    ) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let hellos = Arc::new(AtomicUsize::new(0));
+        let (script, counted) = (Arc::new(script), hellos.clone());
+        std::thread::spawn(move || {
+            let requests = Arc::new(AtomicUsize::new(0));
+            for stream in listener.incoming() {
+                let (mut s, script, counted, requests) = (
+                    stream.unwrap(),
+                    script.clone(),
+                    counted.clone(),
+                    requests.clone(),
+                );
+                std::thread::spawn(move || {
+                    let mut payload = Vec::new();
+                    while let Ok(h) = read_frame(&mut s, &mut payload) {
+                        if h.op == Op::Hello {
+                            counted.fetch_add(1, Ordering::SeqCst);
+                            let ok = Reply::HelloOk(HelloOk {
+                                page_size: PAGE_SIZE as u32,
+                                capacity_pages: 100,
+                                key: Some(SessionKey([1; 16])),
+                            });
+                            ok.write_to(&mut s, h.request).unwrap();
+                        } else {
+                            script(&h, requests.fetch_add(1, Ordering::SeqCst), &mut s);
+                        }
+                    }
+                });
+            }
+        });
+        (addr, hellos)
+    }
+
+    fn client(addr: &str) -> TcpStore {
+        TcpStore::connect(
+            addr,
+            ClientOptions {
+                token: String::new(),
+                namespace: "test".into(),
+                connections: 1,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_reply_to_another_request_is_a_protocol_error_and_the_connection_is_replaced() {
+        let (addr, hellos) = scripted(|h, n, s| {
+            // The first answer names the wrong request; later ones are right.
+            let request = if n == 0 { h.request + 7 } else { h.request };
+            Reply::ReadOk(&[3u8; PAGE_SIZE])
+                .write_to(s, request)
+                .unwrap();
+        });
+        let store = client(&addr);
+        let mut page = vec![0u8; PAGE_SIZE];
+        let e = store.read_pages(&[5], &mut page).unwrap_err();
+        assert!(
+            matches!(&e, StoreError::Protocol { message, .. } if message.contains("expected ReadOk for request 1, got ReadOk for 8")),
+            "{e}"
+        );
+        // The next call does not read the stale stream: it says hello on a new connection.
+        store.read_pages(&[5], &mut page).unwrap();
+        assert_eq!(page, vec![3u8; PAGE_SIZE]);
+        assert_eq!(hellos.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_refusal_inside_a_pipelined_batch_keeps_the_connection_in_step() {
+        let (addr, hellos) = scripted(|h, n, s| {
+            if n == 1 {
+                Reply::Error {
+                    code: code::CAPACITY,
+                    message: "capacity of 1 pages exhausted".into(),
+                }
+                .write_to(s, h.request)
+                .unwrap();
+            } else if h.op == Op::Write {
+                Reply::WriteOk.write_to(s, h.request).unwrap();
+            } else {
+                Reply::FreeOk.write_to(s, h.request).unwrap();
+            }
+        });
+        let store = client(&addr);
+        // Three frames in flight (MAX_BATCH pages each, and one more); the second is refused.
+        let ids: Vec<u64> = (0..2 * MAX_BATCH as u64 + 1).collect();
+        let data = vec![0u8; ids.len() * PAGE_SIZE];
+        let e = store.write_pages(&ids, &data).unwrap_err();
+        assert!(is_capacity_error(&e), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!("memory server tcp://{addr} refused: capacity of 1 pages exhausted")
+        );
+        // The third reply was read with it: the same connection answers the next request.
+        store.free_pages(&[1]).unwrap();
+        assert_eq!(hellos.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_short_read_reply_and_a_server_gone_mid_reply_are_errors() {
+        let (addr, _) = scripted(|h, n, s| {
+            if n == 0 {
+                Reply::ReadOk(&[0u8; 100]).write_to(s, h.request).unwrap();
+            } else {
+                // Half a frame, then the connection goes.
+                let mut frame = Vec::new();
+                Reply::ReadOk(&[0u8; PAGE_SIZE])
+                    .write_to(&mut frame, h.request)
+                    .unwrap();
+                s.write_all(&frame[..frame.len() / 2]).unwrap();
+                s.shutdown(std::net::Shutdown::Both).unwrap();
+            }
+        });
+        let store = client(&addr);
+        let mut page = vec![0u8; PAGE_SIZE];
+        let e = store.read_pages(&[1], &mut page).unwrap_err();
+        assert!(
+            matches!(&e, StoreError::Protocol { message, .. } if message == "read reply of 100 bytes for 1 pages"),
+            "{e}"
+        );
+        let e = store.read_pages(&[1], &mut page).unwrap_err();
+        assert!(
+            matches!(&e, StoreError::Io { error, .. } if error.to_string() == "the server closed the connection"),
+            "{e}"
+        );
+    }
+}

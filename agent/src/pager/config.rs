@@ -6,8 +6,9 @@ use std::time::Duration;
 use crate::model::FaultDelivery;
 use crate::policy::PagingPolicy;
 
-/// How the reclaimer chooses victims.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How the reclaimer chooses victims (`lru`, `fifo` in options and stats).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Replacement {
     /// The kernel's two lists with working-set detection and references sampled by unmapping
     /// (see `reclaim::lists`).
@@ -15,6 +16,21 @@ pub enum Replacement {
     /// Arrival order: no sampling, no working-set detection (pages written while mapped still
     /// get a second chance). For comparison.
     Fifo,
+}
+
+impl Replacement {
+    pub fn name(self) -> &'static str {
+        match self {
+            Replacement::Lru => "lru",
+            Replacement::Fifo => "fifo",
+        }
+    }
+}
+
+impl std::fmt::Display for Replacement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// How long the sampling window (the inactive list of unmapped pages) is.

@@ -2,6 +2,9 @@
 //! the store, the OS calls, the counters and the configuration. It maps pages (the one place
 //! that calls UFFDIO_COPY) and wakes their waiters; it decides nothing.
 
+// Unsafe here: UFFDIO_COPY from raw page pointers (`map`); each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;

@@ -8,6 +8,9 @@
 //! end the claim; the wakes of a batch are issued together (the wake dominated fault latency
 //! on this kind of VM).
 
+// Unsafe here: maps pages through the context's `map` (UFFDIO_COPY); each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;

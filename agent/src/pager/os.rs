@@ -2,6 +2,9 @@
 //! pages out of the heap without risking a fault, eventfds, anonymous memory for the slots,
 //! and spawning threads with every signal blocked.
 
+// Unsafe here: the raw OS calls themselves; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use swap_backend::PAGE_SIZE;

@@ -13,6 +13,9 @@
 //! dropped and counted), and markers are capped (the oldest is dropped, counted as a miss of
 //! its stream, and its page is `Remote` again: the store's copy is current).
 
+// Unsafe here: maps fetched pages through the context's `map` (UFFDIO_COPY); each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};

@@ -13,6 +13,9 @@
 //! reads a remote heap page's stored copy and maps it there, which is a remote fault's whole
 //! path as its thread sees it (trap, signal, store round trip, copy, return).
 
+// Unsafe here: process_vm_readv and a volatile load of its own registered page; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

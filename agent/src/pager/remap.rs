@@ -3,6 +3,9 @@
 //! HotSpot commits and uncommits with mmap MAP_FIXED) resets the pages of the range and
 //! registers what is mapped there now.
 
+// Unsafe here: madvise(2) on a heap mapping the JVM re-mapped; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::sync::atomic::Ordering;
 
 use swap_backend::PAGE_SIZE;

@@ -5,7 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::ThreadClass;
+use crate::model::{Discovery, FaultDelivery, ThreadClass};
+use crate::options::Policy;
+use crate::pager::Replacement;
 
 /// Version of the document's layout; bumped when a field changes meaning.
 pub const VERSION: u32 = 4;
@@ -15,7 +17,7 @@ pub const VERSION: u32 = 4;
 pub struct StatsDoc {
     pub version: u32,
     /// `memliner`, `baseline` or `off`.
-    pub policy: String,
+    pub policy: Policy,
     pub wall_ms: f64,
     /// The paged heap; `None` before VMInit found it or with `policy=off`.
     pub heap: Option<HeapDoc>,
@@ -73,7 +75,7 @@ pub struct HeapDoc {
     pub bytes: u64,
     pub collector: String,
     /// `vmstructs` or `maps`.
-    pub discovery: String,
+    pub discovery: Discovery,
     /// Anonymous mappings registered inside the heap.
     pub spans: u64,
 }
@@ -93,7 +95,7 @@ pub struct PagerDoc {
     #[serde(default)]
     pub replication: Option<swap_backend::replica::ReplicationStats>,
     /// How faults were delivered: `signal` or `thread`.
-    pub delivery: String,
+    pub delivery: FaultDelivery,
     /// Faults served by the faulting thread itself (`faults=signal`).
     pub signal_faults: u64,
     /// `process_madvise` (batched) or `madvise`.
@@ -228,7 +230,7 @@ pub struct Percentiles {
 #[serde(deny_unknown_fields)]
 pub struct ReclaimDoc {
     /// `lru` or `fifo`.
-    pub mode: String,
+    pub mode: Replacement,
     pub watermarks_pages: Watermarks,
     /// Unmapped pages waiting for a touch (write-backs included), and the list's target.
     pub inactive_pages: u64,
@@ -460,13 +462,13 @@ impl StatsDoc {
         };
         StatsDoc {
             version: VERSION,
-            policy: "memliner".into(),
+            policy: Policy::MemLiner,
             wall_ms: 1500.0,
             heap: Some(HeapDoc {
                 base: "0x7f0000000000".into(),
                 bytes: 64 << 20,
                 collector: "G1".into(),
-                discovery: "vmstructs".into(),
+                discovery: Discovery::VmStructs,
                 spans: 1,
             }),
             pager: Some(PagerDoc {
@@ -477,7 +479,7 @@ impl StatsDoc {
                 heap_pages: 16384,
                 store: "tcp://127.0.0.1:1".into(),
                 replication: None,
-                delivery: "signal".into(),
+                delivery: FaultDelivery::Signal,
                 signal_faults: 90,
                 discard: "process_madvise".into(),
                 remote: RemoteDoc {
@@ -520,7 +522,7 @@ impl StatsDoc {
                     thread_local: Percentiles::default(),
                 },
                 reclaim: ReclaimDoc {
-                    mode: "lru".into(),
+                    mode: Replacement::Lru,
                     watermarks_pages: Watermarks {
                         low: 128,
                         high: 256,
@@ -642,5 +644,27 @@ mod tests {
         assert!(err.contains("missing field `peak_resident_pages`"), "{err}");
         v["version"] = 1.into();
         assert!(StatsDoc::parse(&v.to_string()).is_err());
+    }
+
+    #[test]
+    fn enums_are_written_as_their_names_and_no_other_name_reads() {
+        let v = serde_json::to_value(StatsDoc::sample()).unwrap();
+        assert_eq!(v["policy"], Policy::MemLiner.name());
+        assert_eq!(v["heap"]["discovery"], Discovery::VmStructs.name());
+        assert_eq!(v["pager"]["delivery"], FaultDelivery::Signal.name());
+        assert_eq!(v["pager"]["reclaim"]["mode"], "lru");
+        for p in [Policy::Off, Policy::Baseline, Policy::MemLiner] {
+            assert_eq!(serde_json::to_value(p).unwrap(), p.name());
+        }
+        for d in [FaultDelivery::Thread, FaultDelivery::Signal] {
+            assert_eq!(serde_json::to_value(d).unwrap(), d.name());
+        }
+        for d in [Discovery::VmStructs, Discovery::Maps] {
+            assert_eq!(serde_json::to_value(d).unwrap(), d.name());
+        }
+        let mut bad = v.clone();
+        bad["pager"]["delivery"] = "SIGNAL".into();
+        let err = StatsDoc::parse(&bad.to_string()).unwrap_err();
+        assert!(err.contains("unknown variant `SIGNAL`"), "{err}");
     }
 }

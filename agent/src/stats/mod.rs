@@ -50,7 +50,7 @@ pub struct HeapInfo {
     pub base: usize,
     pub bytes: usize,
     pub collector: String,
-    pub discovery: &'static str,
+    pub discovery: crate::model::Discovery,
     pub spans: usize,
     /// Why dead space is not dropped after collections (`None`: it is).
     pub dead_why_not: Option<String>,
@@ -86,13 +86,13 @@ pub fn document(
     let faults = faults_doc(pager);
     StatsDoc {
         version: VERSION,
-        policy: options.policy.name().into(),
+        policy: options.policy,
         wall_ms: wall.as_secs_f64() * 1e3,
         heap: heap.map(|h| HeapDoc {
             base: format!("{:#x}", h.base),
             bytes: h.bytes as u64,
             collector: h.collector.clone(),
-            discovery: h.discovery.into(),
+            discovery: h.discovery,
             spans: h.spans as u64,
         }),
         pager: pager.map(|p| {
@@ -192,7 +192,7 @@ fn pager_doc(p: &Pager, remote_faults: u64, dead_why_not: Option<&str>) -> Pager
         heap_pages: p.npages() as u64,
         store: p.store_description(),
         replication: p.replication(),
-        delivery: p.delivery().name().into(),
+        delivery: p.delivery(),
         signal_faults: ld(&c.signal_faults),
         discard: if p.uses_process_madvise() {
             "process_madvise"
@@ -247,11 +247,7 @@ fn reclaim_doc(p: &Pager) -> ReclaimDoc {
     let (grown, shrunk, (c_local, c_remote)) = p.inactive_sizing();
     let buckets = d.distance_histogram.len();
     ReclaimDoc {
-        mode: match p.replacement() {
-            crate::pager::Replacement::Lru => "lru",
-            crate::pager::Replacement::Fifo => "fifo",
-        }
-        .into(),
+        mode: p.replacement(),
         watermarks_pages: Watermarks {
             low: low as u64,
             high: high as u64,

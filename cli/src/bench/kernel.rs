@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
-use super::{checked, Planned, Record};
+use super::{checked, Outcome, Planned, Record};
 use crate::run::{launch, RunConfig};
 
 /// Exit status of the script when the setup is impossible here.
@@ -54,35 +54,72 @@ fn skip_reason(stderr: &str) -> String {
         .to_string()
 }
 
-/// The script's figures: `kernel-baseline: max_usage=B max_anon=B max_heap=B beside_heap=B
-/// pgmajfault=N pswpin=N pswpout=N`.
-fn figures(stderr: &str) -> serde_json::Map<String, serde_json::Value> {
-    let mut m = serde_json::Map::new();
-    if let Some(line) = stderr
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("kernel-baseline: "))
-    {
-        for kv in line.split_whitespace() {
-            if let Some((k, v)) = kv.split_once('=') {
-                if let Ok(n) = v.parse::<u64>() {
-                    m.insert(k.into(), n.into());
-                }
-            }
-        }
+/// What the script measured of one run (bytes, or counts), as `kernel-baseline: KEY=N ...`
+/// on its last line and as a bench record's `kernel` object: one type both ways. A figure the
+/// script did not print (or an older report did not have) is `None`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelFigures {
+    /// The cgroup's memory limit (absent: unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u64>,
+    /// The cgroup's peak charge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_usage: Option<u64>,
+    /// Peak anonymous memory of the cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_anon: Option<u64>,
+    /// Peak resident bytes of the Java heap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_heap: Option<u64>,
+    /// What the JVM held beside its heap, read at the instant of the heap's peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beside_heap: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pgmajfault: Option<u64>,
+    /// Pages swapped in and out (/proc/vmstat, the run alone on the machine's swap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pswpin: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pswpout: Option<u64>,
+}
+
+impl KernelFigures {
+    /// `f` of these figures as a float, for medians.
+    pub fn get(&self, f: impl Fn(&KernelFigures) -> Option<u64>) -> Option<f64> {
+        f(self).map(|v| v as f64)
     }
-    m
+}
+
+/// The script's figures, from its last `kernel-baseline: max_usage=B max_anon=B max_heap=B
+/// beside_heap=B pgmajfault=N pswpin=N pswpout=N` line (none: all `None`). A key this side does
+/// not know is an error: the script ships with the binary, and a renamed figure must not read
+/// as missing.
+fn figures(stderr: &str) -> Result<KernelFigures, String> {
+    // Its other lines (a cgroup it could not remove, after the figures) are words.
+    let Some(line) = stderr.lines().rev().find_map(|l| {
+        l.strip_prefix("kernel-baseline: ")
+            .filter(|rest| rest.split_whitespace().all(|kv| kv.contains('=')))
+    }) else {
+        return Ok(KernelFigures::default());
+    };
+    let mut m = serde_json::Map::new();
+    for (k, v) in line.split_whitespace().filter_map(|kv| kv.split_once('=')) {
+        let n: u64 = v
+            .parse()
+            .map_err(|_| format!("kernel-baseline printed {k}={v}, not a count"))?;
+        m.insert(k.into(), n.into());
+    }
+    serde_json::from_value(serde_json::Value::Object(m))
+        .map_err(|e| format!("kernel-baseline's figures: {e}"))
 }
 
 /// The cgroup limit that leaves a JVM `budget` bytes of heap memory, from an unlimited run's
 /// figures: what it needs beside the heap plus the budget (or all the heap it touches, if that
 /// is less). `None` where the script did not see the heap.
-pub fn same_heap_memory(
-    unlimited: &serde_json::Map<String, serde_json::Value>,
-    budget: f64,
-) -> Option<f64> {
-    let get = |k: &str| unlimited.get(k)?.as_f64().filter(|v| *v > 0.0);
-    Some(get("beside_heap")? + budget.min(get("max_heap")?))
+pub fn same_heap_memory(unlimited: &KernelFigures, budget: f64) -> Option<f64> {
+    let get = |v: Option<u64>| v.filter(|v| *v > 0).map(|v| v as f64);
+    Some(get(unlimited.beside_heap)? + budget.min(get(unlimited.max_heap)?))
 }
 
 /// How a run under the kernel baseline ended.
@@ -100,16 +137,9 @@ pub enum Ended {
 #[derive(Clone, Debug)]
 pub struct KernelRun {
     pub ended: Ended,
-    /// The script's figures (`max_usage`, `max_anon`, `pgmajfault`, `pswpin`, `pswpout`) and
-    /// the limit.
-    pub figures: serde_json::Map<String, serde_json::Value>,
+    /// The script's figures and the limit.
+    pub figures: KernelFigures,
     pub wall_ms: f64,
-}
-
-impl KernelRun {
-    pub fn figure(&self, key: &str) -> Option<f64> {
-        self.figures.get(key)?.as_f64()
-    }
 }
 
 /// Runs `cmd` (a workload printing a RESULT line) under a memory limit of `limit` bytes
@@ -127,10 +157,8 @@ pub fn run_command(
     ];
     full.extend(cmd.iter().cloned());
     let out = launch(&no_agent(), &full, true)?;
-    let mut figures = figures(&out.stderr);
-    if let Some(l) = limit {
-        figures.insert("limit_bytes".into(), json!(l));
-    }
+    let mut figures = figures(&out.stderr).map_err(|e| format!("{what}: {e}"))?;
+    figures.limit_bytes = limit;
     use std::os::unix::process::ExitStatusExt;
     let ended = match (out.status.code(), out.status.signal()) {
         (Some(SKIP_STATUS), _) => Ended::Skipped(skip_reason(&out.stderr)),
@@ -161,12 +189,12 @@ pub(super) fn run(
 ) -> Result<Record, String> {
     let k = run_command(root, limit, cmd, what)?;
     let mut rec = Record {
-        kernel: Some(serde_json::Value::Object(k.figures.clone())),
-        ..super::blank(p, "ok".into())
+        kernel: Some(k.figures.clone()),
+        ..super::blank(p, Outcome::Ok)
     };
     match k.ended {
-        Ended::Skipped(why) => rec.outcome = format!("skipped: {why}"),
-        Ended::OomKilled => rec.outcome = "oom-killed".into(),
+        Ended::Skipped(why) => rec.outcome = Outcome::Skipped(why),
+        Ended::OomKilled => rec.outcome = Outcome::OomKilled,
         Ended::Ran {
             checksum,
             workload_ms,
@@ -187,12 +215,37 @@ mod tests {
     fn figures_and_skip_reasons_are_read_from_the_script_output() {
         let f = figures(
             "noise\nkernel-baseline: max_usage=100 max_anon=90 pgmajfault=7 pswpin=5 pswpout=9\n",
+        )
+        .unwrap();
+        assert_eq!(
+            f,
+            KernelFigures {
+                max_usage: Some(100),
+                max_anon: Some(90),
+                pgmajfault: Some(7),
+                pswpin: Some(5),
+                pswpout: Some(9),
+                ..KernelFigures::default()
+            }
         );
-        assert_eq!(f["max_usage"], 100);
-        assert_eq!(f["max_anon"], 90);
-        assert_eq!(f["pgmajfault"], 7);
-        assert_eq!(f["pswpin"], 5);
-        assert_eq!(f["pswpout"], 9);
+        assert_eq!(figures("no figures\n").unwrap(), KernelFigures::default());
+        // The cleanup's complaints come after the figures.
+        let late = "kernel-baseline: pswpin=4\nkernel-baseline: could not remove /dev/zram1\n";
+        assert_eq!(figures(late).unwrap().pswpin, Some(4));
+        // A figure renamed in the script is an error, not a missing value.
+        let e = figures("kernel-baseline: swapins=5\n").unwrap_err();
+        assert!(e.contains("unknown field `swapins`"), "{e}");
+        assert!(figures("kernel-baseline: pswpin=x\n").is_err());
+        // The record's object reads back as written (and older reports without some keys).
+        let json = serde_json::to_string(&f).unwrap();
+        assert_eq!(serde_json::from_str::<KernelFigures>(&json).unwrap(), f);
+        assert_eq!(
+            serde_json::from_str::<KernelFigures>(r#"{"pswpin": 3}"#).unwrap(),
+            KernelFigures {
+                pswpin: Some(3),
+                ..KernelFigures::default()
+            }
+        );
         assert_eq!(
             skip_reason("SKIP: needs root to create a cgroup and a swap device\n"),
             "needs root to create a cgroup and a swap device"
@@ -210,13 +263,14 @@ mod tests {
             mib(390),
             mib(314),
             mib(36)
-        ));
+        ))
+        .unwrap();
         let limit = |budget: u64| same_heap_memory(&f, mib(budget) as f64).unwrap();
         assert_eq!(limit(256), mib(36 + 256) as f64);
         // A budget above what the heap touches limits nothing more than the heap.
         assert_eq!(limit(600), mib(36 + 314) as f64);
         // Without the heap's RSS there is no limit to compute.
-        let none = figures("kernel-baseline: max_usage=100 max_heap=0 beside_heap=0\n");
+        let none = figures("kernel-baseline: max_usage=100 max_heap=0 beside_heap=0\n").unwrap();
         assert_eq!(same_heap_memory(&none, 1.0), None);
     }
 }

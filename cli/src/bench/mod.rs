@@ -23,7 +23,6 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::Value;
 
 use crate::run::{launch, RunConfig};
 use crate::workloads::{self, Workload};
@@ -197,6 +196,91 @@ impl BenchConfig {
     }
 }
 
+/// A bench's raw.json: how it was run, the TCP and store figures, and every run. Written
+/// and read (`--from-raw`) as this one type.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDoc {
+    command: String,
+    heap_mb: u64,
+    reps: usize,
+    emulate_latency: Option<String>,
+    #[serde(deserialize_with = "nan_if_null")]
+    elapsed_s: f64,
+    kernel_skipped: Option<String>,
+    tcp: TcpFigures,
+    #[serde(default)]
+    stores: Vec<stores::StoreFigures>,
+    runs: Vec<Record>,
+}
+
+/// Pipelined page writes and reads over TCP loopback (`tcp_throughput`).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TcpFigures {
+    mib: usize,
+    #[serde(deserialize_with = "nan_if_null")]
+    write_gbs: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    read_gbs: f64,
+}
+
+/// How a run ended; in raw.json and runs.csv the text its Display gives (`ok`, `oom-killed`,
+/// `skipped: WHY`, `failed: WHY`), read back by [`Outcome::parse`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum Outcome {
+    Ok,
+    /// The kernel's cgroup OOM killer stopped it.
+    OomKilled,
+    /// Not run: why.
+    Skipped(String),
+    /// The JVM died: its exit and the frame HotSpot names.
+    Failed(String),
+}
+
+impl Outcome {
+    pub fn parse(s: &str) -> Result<Outcome, String> {
+        Ok(match s {
+            "ok" => Outcome::Ok,
+            "oom-killed" => Outcome::OomKilled,
+            _ => {
+                if let Some(why) = s.strip_prefix("skipped: ") {
+                    Outcome::Skipped(why.into())
+                } else if let Some(why) = s.strip_prefix("failed: ") {
+                    Outcome::Failed(why.into())
+                } else {
+                    return Err(format!("'{s}' is not a run's outcome"));
+                }
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Ok => write!(f, "ok"),
+            Outcome::OomKilled => write!(f, "oom-killed"),
+            Outcome::Skipped(why) => write!(f, "skipped: {why}"),
+            Outcome::Failed(why) => write!(f, "failed: {why}"),
+        }
+    }
+}
+
+impl From<Outcome> for String {
+    fn from(o: Outcome) -> String {
+        o.to_string()
+    }
+}
+
+impl TryFrom<String> for Outcome {
+    type Error = String;
+    fn try_from(s: String) -> Result<Outcome, String> {
+        Outcome::parse(&s)
+    }
+}
+
 /// One run of one cell.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Record {
@@ -211,8 +295,8 @@ pub struct Record {
     #[serde(deserialize_with = "nan_if_null")]
     pub workload_ms: f64,
     pub checksum: String,
-    /// `ok`, or why there is no timing (`oom-killed`, `skipped: ...`).
-    pub outcome: String,
+    /// Finished, or why there is no timing.
+    pub outcome: Outcome,
     /// The agent's stats document.
     pub stats: Option<StatsDoc>,
     /// The stats documents of a cluster run's executors (its `stats` is then empty: the
@@ -220,7 +304,7 @@ pub struct Record {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub executors: Vec<StatsDoc>,
     /// The kernel baseline's figures: limit, peak usage, major faults, swap-ins.
-    pub kernel: Option<Value>,
+    pub kernel: Option<kernel::KernelFigures>,
     /// CPU time the embedded memory server spent on this run (ms).
     #[serde(default)]
     pub server_cpu_ms: Option<f64>,
@@ -233,7 +317,7 @@ fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 
 impl Record {
     pub fn ok(&self) -> bool {
-        self.outcome == "ok"
+        self.outcome == Outcome::Ok
     }
 
     /// A number from the agent's stats.
@@ -527,7 +611,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                         stats: out.stats,
                         executors,
                         server_cpu_ms: out.server_cpu.map(|t| t.as_secs_f64() * 1e3),
-                        ..blank(p, "ok".into())
+                        ..blank(p, Outcome::Ok)
                     },
                     // A JVM that died is a finding: recorded, reported and counted, and the
                     // matrix goes on (a wrong checksum still stops it, below).
@@ -542,11 +626,11 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                             .map(|l| l.trim_start_matches('#').trim().to_string());
                         blank(
                             p,
-                            format!(
-                                "failed: exit {}{}",
+                            Outcome::Failed(format!(
+                                "exit {}{}",
                                 out.exit_code(),
                                 crash.map(|c| format!(" ({c})")).unwrap_or_default()
-                            ),
+                            )),
                         )
                     }
                 }
@@ -608,14 +692,21 @@ fn write_outputs(
     let report_path = cfg.out.join("report.md");
     std::fs::write(&report_path, &md).map_err(|e| e.to_string())?;
     std::fs::write(cfg.out.join("runs.csv"), report::csv(&records)).map_err(|e| e.to_string())?;
-    let raw = serde_json::json!({
-        "command": cfg.command, "heap_mb": cfg.heap_mb, "reps": cfg.reps,
-        "emulate_latency": cfg.emulate_latency,
-        "elapsed_s": extras.elapsed_s, "kernel_skipped": extras.kernel_skipped,
-        "tcp": {"mib": cfg.tcp_mib, "write_gbs": wgbs, "read_gbs": rgbs},
-        "stores": extras.stores,
-        "runs": records,
-    });
+    let raw = RawDoc {
+        command: cfg.command.clone(),
+        heap_mb: cfg.heap_mb,
+        reps: cfg.reps,
+        emulate_latency: cfg.emulate_latency.clone(),
+        elapsed_s: extras.elapsed_s,
+        kernel_skipped: extras.kernel_skipped.clone(),
+        tcp: TcpFigures {
+            mib: cfg.tcp_mib,
+            write_gbs: wgbs,
+            read_gbs: rgbs,
+        },
+        stores: extras.stores.clone(),
+        runs: records,
+    };
     std::fs::write(
         cfg.out.join("raw.json"),
         serde_json::to_string_pretty(&raw).unwrap_or_default(),
@@ -631,7 +722,7 @@ fn write_outputs(
 /// agent).
 fn kernel_limit(calibration: &Record, local: u32, heap_mb: u64) -> Option<f64> {
     let budget = (heap_mb << 20) as f64 * local as f64 / 100.0;
-    kernel::same_heap_memory(calibration.kernel.as_ref()?.as_object()?, budget)
+    kernel::same_heap_memory(calibration.kernel.as_ref()?, budget)
 }
 
 /// The heap's peak RSS (bytes) in `r`, if `r` is the finished kernel run of `p`'s cell.
@@ -642,7 +733,7 @@ fn kernel_heap_of(r: &Record, p: &Planned) -> Option<f64> {
         && r.local == p.local
         && r.mode == Mode::Kernel
         && r.ok();
-    same.then(|| r.kernel.as_ref()?.get("max_heap")?.as_f64())
+    same.then(|| r.kernel.as_ref()?.get(|k| k.max_heap))
         .flatten()
         .filter(|h| *h > 0.0)
 }
@@ -667,7 +758,7 @@ fn read_executors(dir: &Path) -> Vec<StatsDoc> {
 }
 
 /// A record of `p` with no figures yet.
-fn blank(p: &Planned, outcome: String) -> Record {
+fn blank(p: &Planned, outcome: Outcome) -> Record {
     Record {
         rep: p.rep,
         workload: p.workload.name(),
@@ -689,9 +780,8 @@ fn blank(p: &Planned, outcome: String) -> Record {
 /// format changed after the runs, without running them again).
 pub fn rerender(raw: &Path, out: PathBuf) -> Result<PathBuf, String> {
     let text = std::fs::read_to_string(raw).map_err(|e| format!("{}: {e}", raw.display()))?;
-    let doc: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", raw.display()))?;
-    let records: Vec<Record> = serde_json::from_value(doc["runs"].clone())
-        .map_err(|e| format!("{}: runs: {e}", raw.display()))?;
+    let doc: RawDoc = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", raw.display()))?;
+    let records = doc.runs;
     let mut collectors: Vec<String> = Vec::new();
     let mut locals: Vec<u32> = Vec::new();
     for r in &records {
@@ -705,33 +795,33 @@ pub fn rerender(raw: &Path, out: PathBuf) -> Result<PathBuf, String> {
     locals.sort_unstable_by(|a, b| b.cmp(a));
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     let cfg = BenchConfig {
-        reps: doc["reps"].as_u64().unwrap_or(1) as usize,
+        reps: doc.reps,
         collectors,
         workloads: Vec::new(),
         locals,
-        heap_mb: doc["heap_mb"].as_u64().unwrap_or(0),
+        heap_mb: doc.heap_mb,
         kernel: true,
         kernel_only: false,
         out,
-        tcp_mib: doc["tcp"]["mib"].as_u64().unwrap_or(0) as usize,
-        command: doc["command"].as_str().unwrap_or("?").to_string(),
+        tcp_mib: doc.tcp.mib,
+        command: doc.command,
         gc_hooks: records.iter().any(|r| r.mode == Mode::MemlinerGcHooks),
-        emulate_latency: doc["emulate_latency"].as_str().map(str::to_string),
+        emulate_latency: doc.emulate_latency,
         transports: records.iter().any(|r| r.mode == Mode::MemlinerFabric),
         replicas: records.iter().any(|r| r.mode == Mode::MemlinerReplicated),
     };
     let extras = report::Extras {
-        tcp_write_gbs: doc["tcp"]["write_gbs"].as_f64().unwrap_or(f64::NAN),
-        tcp_read_gbs: doc["tcp"]["read_gbs"].as_f64().unwrap_or(f64::NAN),
-        stores: serde_json::from_value(doc["stores"].clone()).unwrap_or_default(),
-        kernel_skipped: doc["kernel_skipped"].as_str().map(str::to_string),
-        elapsed_s: doc["elapsed_s"].as_f64().unwrap_or(f64::NAN),
+        tcp_write_gbs: doc.tcp.write_gbs,
+        tcp_read_gbs: doc.tcp.read_gbs,
+        stores: doc.stores,
+        kernel_skipped: doc.kernel_skipped,
+        elapsed_s: doc.elapsed_s,
     };
     write_outputs(&cfg, &records, &extras)
 }
 
 fn skipped(p: &Planned, why: &str) -> Record {
-    blank(p, format!("skipped: {why}"))
+    blank(p, Outcome::Skipped(why.into()))
 }
 
 fn run_config(p: &Planned, spark: bool) -> RunConfig {

@@ -182,7 +182,7 @@ fn page_ins(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String>
     let panels = root.split_evenly((rows, cols));
     let reads = |r: &Record| -> Option<f64> {
         match r.mode {
-            Mode::Kernel => r.kernel.as_ref()?.get("pswpin")?.as_f64(),
+            Mode::Kernel => r.kernel.as_ref()?.get(|k| k.pswpin),
             _ => r.stat(|d| Some(d.pager.as_ref()?.remote.pages_read as f64)),
         }
     };

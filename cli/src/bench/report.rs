@@ -7,6 +7,7 @@ use memliner_agent::model::ThreadClass;
 use memliner_agent::stats::doc::{GcHooksDoc, PagerDoc, Percentiles, PrefetchClassDoc};
 
 use super::cells::{cell, med, paged_cells, paged_workloads, pairs, workloads_of};
+use super::kernel::KernelFigures;
 use super::{median, BenchConfig, Mode, Record};
 
 /// Figures measured outside the matrix.
@@ -92,7 +93,7 @@ fn outcome_note(cell: &[&Record]) -> Option<String> {
     if cell.is_empty() || cell.iter().any(|r| r.ok()) {
         return None;
     }
-    Some(cell[0].outcome.clone())
+    Some(cell[0].outcome.to_string())
 }
 
 pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
@@ -105,7 +106,7 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
         .count();
     let failed: Vec<&Record> = rs
         .iter()
-        .filter(|r| r.outcome.starts_with("failed"))
+        .filter(|r| matches!(r.outcome, super::Outcome::Failed(_)))
         .collect();
     let _ = writeln!(md, "# memliner bench\n");
     let _ = writeln!(
@@ -416,21 +417,17 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
             if k.is_empty() {
                 continue;
             }
-            let kf = |key: &str| {
-                median(
-                    k.iter()
-                        .filter_map(|r| r.kernel.as_ref()?.get(key)?.as_f64())
-                        .collect(),
-                )
+            let kf = |f: fn(&KernelFigures) -> Option<u64>| {
+                median(k.iter().filter_map(|r| r.kernel.as_ref()?.get(f)).collect())
             };
             let oks = k.iter().filter(|r| r.ok()).count();
             let _ = writeln!(
                 md,
                 "| {w} | {c} | {l}% | {} | {} | {} | {} | {} |",
-                fmt(kf("limit_bytes") / 1048576.0, 1),
-                fmt(kf("max_usage") / 1048576.0, 1),
-                fmt(kf("pgmajfault"), 0),
-                fmt(kf("pswpin"), 0),
+                fmt(kf(|k| k.limit_bytes) / 1048576.0, 1),
+                fmt(kf(|k| k.max_usage) / 1048576.0, 1),
+                fmt(kf(|k| k.pgmajfault), 0),
+                fmt(kf(|k| k.pswpin), 0),
                 if oks == k.len() {
                     "ok".to_string()
                 } else {
@@ -866,7 +863,7 @@ pub fn csv(rs: &[Record]) -> String {
     );
     let v = |x: Option<f64>| x.map(|x| format!("{x}")).unwrap_or_default();
     for r in rs {
-        let k = |key: &str| r.kernel.as_ref().and_then(|k| k.get(key)?.as_f64());
+        let k = |f: fn(&KernelFigures) -> Option<u64>| r.kernel.as_ref().and_then(|k| k.get(f));
         let _ = writeln!(
             out,
             "{},{},{},{},{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
@@ -875,7 +872,7 @@ pub fn csv(rs: &[Record]) -> String {
             r.collector,
             r.mode.name(),
             r.local,
-            r.outcome.replace('"', "'"),
+            r.outcome.to_string().replace('"', "'"),
             v(Some(r.wall_ms).filter(|x| x.is_finite())),
             v(Some(r.workload_ms).filter(|x| x.is_finite())),
             r.checksum,
@@ -886,8 +883,8 @@ pub fn csv(rs: &[Record]) -> String {
             v(prefetch(r, "application", accuracy)),
             v(prefetch(r, "application", coverage)),
             v(r.stat(|d| d.process.peak_rss_bytes.map(|v| v as f64))),
-            v(k("limit_bytes")),
-            v(k("pgmajfault")),
+            v(k(|k| k.limit_bytes)),
+            v(k(|k| k.pgmajfault)),
             v(r.stat(|d| Some(d.faults.reactivate as f64))),
             v(r.stat(|d| Some(d.pager.as_ref()?.reclaim.direct_reclaims as f64))),
             v(r.stat(|d| Some(d.pager.as_ref()?.agent_cpu.total_s))),
@@ -991,7 +988,7 @@ mod tests {
             wall_ms,
             workload_ms: wall_ms,
             checksum: "c".into(),
-            outcome: "ok".into(),
+            outcome: crate::bench::Outcome::Ok,
             stats,
             executors: Vec::new(),
             kernel: None,

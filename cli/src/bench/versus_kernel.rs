@@ -6,7 +6,8 @@
 use std::fmt::Write;
 
 use super::cells::{cell, med, pairs};
-use super::{BenchConfig, Mode, Record};
+use super::kernel::KernelFigures;
+use super::{BenchConfig, Mode, Outcome, Record};
 
 /// One (workload, collector, local) cell, medians of its repetitions.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,8 +39,8 @@ pub struct Row {
     pub at_kernel_heap_reads: f64,
 }
 
-fn kernel_figure(r: &Record, key: &str) -> Option<f64> {
-    r.kernel.as_ref()?.get(key)?.as_f64()
+fn kernel_figure(r: &Record, f: fn(&KernelFigures) -> Option<u64>) -> Option<f64> {
+    r.kernel.as_ref()?.get(f)
 }
 
 fn reads(r: &Record) -> Option<f64> {
@@ -72,13 +73,13 @@ pub fn rows(cfg: &BenchConfig, rs: &[Record]) -> Vec<Row> {
                 kernel_ok: k.iter().filter(|r| r.ok()).count(),
                 kernel_runs: k
                     .iter()
-                    .filter(|r| !r.outcome.starts_with("skipped"))
+                    .filter(|r| !matches!(r.outcome, Outcome::Skipped(_)))
                     .count(),
                 kernel_ms: med(&k, wall),
-                kernel_swapins: med(&k, |r| kernel_figure(r, "pswpin")),
-                kernel_swapouts: med(&k, |r| kernel_figure(r, "pswpout")),
-                kernel_limit: med(&k, |r| kernel_figure(r, "limit_bytes")),
-                kernel_heap: med(&k, |r| kernel_figure(r, "max_heap")),
+                kernel_swapins: med(&k, |r| kernel_figure(r, |k| k.pswpin)),
+                kernel_swapouts: med(&k, |r| kernel_figure(r, |k| k.pswpout)),
+                kernel_limit: med(&k, |r| kernel_figure(r, |k| k.limit_bytes)),
+                kernel_heap: med(&k, |r| kernel_figure(r, |k| k.max_heap)),
                 budget: (cfg.heap_mb << 20) as f64 * f64::from(l) / 100.0,
                 memliner_ms: med(&m, wall),
                 memliner_reads: med(&m, reads),

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use crate::fabric_ffi::{Channel, Domain, Fabric, FabricError, Info, Rma, FI_MR_LOCAL};
 use crate::protocol::{
-    code, read_frame, AttachOk, Grant, Hello, Lane, Reply, Request, ServerStats, MAX_BATCH,
-    PAGE_SIZE,
+    code, read_frame, AttachOk, ConnectData, Grant, Hello, Lane, Reply, Request, ServerStats,
+    MAX_BATCH, PAGE_SIZE,
 };
 use crate::store::{thread_lane, ClientOptions, PageStore, StoreError};
 
@@ -228,7 +228,10 @@ impl FabricStore {
         Channel::connect(
             &self.domain,
             &self.info,
-            &self.attach.session.to_le_bytes(),
+            &ConnectData {
+                session: self.attach.session,
+            }
+            .encode(),
             CHANNEL_PAGES * PAGE_SIZE,
             self.register,
             index as u64 + 1,
@@ -684,7 +687,7 @@ mod tests {
             let r = Channel::connect(
                 &c.domain,
                 &c.info,
-                &session.to_le_bytes(),
+                &ConnectData { session }.encode(),
                 PAGE_SIZE,
                 c.register,
                 99,

@@ -23,7 +23,7 @@ use crate::fabric_ffi::{
     MemoryRegion, PassiveEndpoint, FI_MR_PROV_KEY, FI_MR_VIRT_ADDR,
 };
 use crate::memory::AnonMemory;
-use crate::protocol::{AttachOk, Grant, PAGE_SIZE};
+use crate::protocol::{AttachOk, ConnectData, Grant, PAGE_SIZE};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -341,9 +341,14 @@ impl Target {
     }
 
     fn on_request(&self, info: Info, data: &[u8]) {
-        let session = data
-            .get(0..8)
-            .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()));
+        let session = match ConnectData::decode(data) {
+            Ok(d) => d.session,
+            Err(why) => {
+                eprintln!("memliner-server: refused a fabric connection: {why}");
+                self.pep.reject(&info);
+                return;
+            }
+        };
         let mut sessions = lock(&self.sessions);
         let Some(s) = sessions.get_mut(&session).filter(|_| session != 0) else {
             drop(sessions);

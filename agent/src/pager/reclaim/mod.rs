@@ -24,6 +24,9 @@
 //! are free. A fault that finds the budget full reclaims itself ("direct reclaim", counted
 //! like the kernel's allocstall).
 
+// Unsafe here: copies pages out of the heap (`os::copy_out`) and reads slot memory; each block says why it is sound.
+#![allow(unsafe_code)]
+
 pub(super) mod lists;
 mod pressure;
 mod sizing;

@@ -1,5 +1,7 @@
 package memliner.checks;
 
+import java.lang.management.ManagementFactory;
+import java.lang.management.MemoryMXBean;
 import java.lang.reflect.Method;
 import java.util.ArrayList;
 import java.util.List;
@@ -17,6 +19,18 @@ import java.util.Random;
  * -XX:+WhiteBoxAPI}), each full GC is issued while concurrent marking runs: the collector
  * thread starts a cycle, waits until marking is under way and has run 300, 600, 900 ms (time
  * to defer objects), and collects while it still runs. {@code marking_aborts} counts the full GCs issued so.
+ *
+ * <p>With {@code shenandoah-whitebox} (Shenandoah, the same API), each of the collections is an
+ * allocation failure inside concurrent marking, which Shenandoah answers with a degenerated
+ * cycle that finishes the mark (or a full GC): the collector thread holds a cycle just after
+ * marking started (a WhiteBox breakpoint) until the application has filled the heap to
+ * {@code FILL} of its maximum, then lets marking go on while the application allocates the
+ * rest (run it with {@code -XX:-ShenandoahPacing}, which would slow the allocations down,
+ * {@code -XX:+ShenandoahImplicitGCInvokesConcurrent}, so that the breakpoint's cycle is a
+ * concurrent one, and {@code -XX:ShenandoahGCHeuristics=static -XX:ShenandoahMinFreeThreshold=0},
+ * so that no other cycle starts).
+ * System.gc() cannot do it: Shenandoah answers it after the running cycle, never inside it.
+ * {@code marking_aborts} then counts the cycles so driven; the GC log tells how each ended.
  *
  * Prints {@code RESULT check=full-gc-during-marking verified=true|false checksum=...}.
  */
@@ -50,12 +64,16 @@ public final class FullGcDuringMarking {
             other[i] = r.nextInt(nodes);
             all[i].other = all[other[i]];
         }
-        boolean whitebox = args.length > 2 && args[2].equals("whitebox");
+        String mode = args.length > 2 ? args[2] : "timed";
+        boolean whitebox = mode.equals("whitebox");
+        boolean breakpoints = mode.equals("shenandoah-whitebox");
         int[] aborts = new int[1];
         Thread collector = new Thread(() -> {
             try {
                 for (int i = 0; i < fullGcs; i++) {
-                    if (whitebox) {
+                    if (breakpoints) {
+                        aborts[0] += allocationFailureDuringMarking() ? 1 : 0;
+                    } else if (whitebox) {
                         // Later full GCs come later in their cycle, after more deferrals.
                         aborts[0] += fullGcDuringMarking(300 * (i + 1)) ? 1 : 0;
                     } else {
@@ -103,6 +121,47 @@ public final class FullGcDuringMarking {
         System.out.println("RESULT check=full-gc-during-marking verified=" + ok
                 + " mutations=" + mutations + " marking_aborts=" + aborts[0]
                 + " checksum=" + Long.toHexString(sum));
+    }
+
+    /** How full the heap gets while a Shenandoah cycle is held before marking goes on. */
+    static final double FILL = 0.93;
+
+    /**
+     * Drives one Shenandoah cycle into an allocation failure during concurrent marking (see the
+     * class comment). Returns true once the cycle and the collections it led to are done.
+     */
+    static boolean allocationFailureDuringMarking()
+            throws InterruptedException, ReflectiveOperationException {
+        Class<?> c = Class.forName("jdk.test.whitebox.WhiteBox");
+        Object wb = c.getMethod("getWhiteBox").invoke(null);
+        Method runTo = c.getMethod("concurrentGCRunTo", String.class);
+        Method runToIdle = c.getMethod("concurrentGCRunToIdle");
+        c.getMethod("concurrentGCAcquireControl").invoke(wb);
+        try {
+            // Requests a cycle and returns once it holds just after marking started.
+            runTo.invoke(wb, "AFTER MARKING STARTED");
+            MemoryMXBean memory = ManagementFactory.getMemoryMXBean();
+            long fill = (long) (Runtime.getRuntime().maxMemory() * FILL);
+            long deadline = System.nanoTime() + 30_000_000_000L;
+            while (memory.getHeapMemoryUsage().getUsed() < fill) {
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException("the heap did not fill within 30 s");
+                }
+                Thread.sleep(1);
+            }
+            // Marking goes on; the allocation failure cancels it, and the cycle ends (the
+            // degenerated cycle then runs at the next pause).
+            runToIdle.invoke(wb);
+        } finally {
+            c.getMethod("concurrentGCReleaseControl").invoke(wb);
+        }
+        // Waits (blocked, as a safepoint allows) until the degenerated cycle and a full GC
+        // after it are done: JDK 17's breakpoint request spins inside the VM until the control
+        // thread starts the next cycle, so a cycle still running at the next request, needing
+        // a safepoint, would never finish. Run it with a heuristic that starts no cycle of its
+        // own (static, no free threshold).
+        System.gc();
+        return true;
     }
 
     /**

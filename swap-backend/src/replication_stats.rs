@@ -1,0 +1,39 @@
+//! What a store that replicates pages over several servers reports: a leaf module, so that
+//! the [`crate::PageStore`] interface can name it without depending on the replicated store.
+
+use serde::{Deserialize, Serialize};
+
+/// What a replicated store did: one of the stats document's parts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicationStats {
+    /// Copies of each page wanted.
+    pub replicas: u32,
+    pub servers: Vec<ServerReplicaStats>,
+    /// Pages held (at the time of writing).
+    pub pages: u64,
+    /// Of those, pages with fewer copies than wanted (or than servers up).
+    pub pages_under_replicated: u64,
+    /// Pages copied to another server after a copy was lost.
+    pub pages_recopied: u64,
+    /// Pages read from another copy after the first one's server failed.
+    pub reads_failed_over: u64,
+    /// Pages every copy of which was lost.
+    pub pages_lost: u64,
+}
+
+/// One server's part of [`ReplicationStats`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerReplicaStats {
+    pub server: String,
+    pub up: bool,
+    /// Times the server was lost.
+    pub losses: u64,
+    /// Times it was connected again after a loss (or after being unreachable at start).
+    pub rejoins: u64,
+    /// Pages it holds (at the time of writing).
+    pub pages: u64,
+    pub pages_read: u64,
+    pub pages_written: u64,
+}
