@@ -10,11 +10,11 @@
 #
 # Prints on stderr, last: `kernel-baseline: max_usage=BYTES max_anon=BYTES max_heap=BYTES
 # beside_heap=BYTES pgmajfault=N pswpin=N pswpout=N`: the cgroup's peak charge, its peak
-# anonymous RSS and the command's largest private read-write anonymous mapping's peak RSS (a
-# JVM's heap, with -Xms = -Xmx; sampled every 50 and 200 ms while it runs: what the limit
-# actually left it), the most it needed beside that mapping at one sample (anonymous memory
-# and mapped files less the mapping), its major faults, and the pages swapped in and out
-# meanwhile (system-wide counters; run nothing else).
+# anonymous RSS and the peak RSS of the largest private read-write anonymous mapping of any of
+# its processes (a JVM's heap, with -Xms = -Xmx, also under a launcher; sampled every 50 and
+# 200 ms while it runs: what the limit actually left it), the most it needed beside that
+# mapping at one sample (anonymous memory and mapped files less the mapping), its major faults,
+# and the pages swapped in and out meanwhile (system-wide counters; run nothing else).
 # Exit: the command's status; 3 with `SKIP: reason` on stderr when the setup is impossible.
 set -uo pipefail
 
@@ -84,12 +84,17 @@ pswpout0=$(vmstat pswpout)
 bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$cg" "$@" &
 child=$!
 # The cgroup's anonymous RSS while it runs (memory.stat has no peak of it), and the RSS of the
-# command's largest private read-write anonymous mapping (smaps: Size comes before Rss).
+# largest private read-write anonymous mapping of any process in the cgroup (smaps: Size comes
+# before Rss): the JVM's heap whether it is the command or a launcher's child (PySpark's python
+# starts Spark's JVM).
 heap_rss() {
-    awk '/^[0-9a-f]+-[0-9a-f]+ / { anon = (NF == 5 && $2 == "rw-p") }
+    local smaps=()
+    while read -r pid; do smaps+=("/proc/$pid/smaps"); done <"$cg/cgroup.procs"
+    awk 'FNR == 1 { anon = 0 }
+         /^[0-9a-f]+-[0-9a-f]+ / { anon = (NF == 5 && $2 == "rw-p") }
          /^Size:/ { size = $2 }
          /^Rss:/ { if (anon && size > best) { best = size; rss = $2 } }
-         END { print (rss + 0) * 1024 }' "/proc/$child/smaps" 2>/dev/null
+         END { print (rss + 0) * 1024 }' "${smaps[@]}" 2>/dev/null
 }
 # smaps walks the page tables (a millisecond or two for a 1 GiB heap): every 4th turn only.
 max_anon=0

@@ -45,6 +45,7 @@ def session(args):
         b.config("spark.driver.memory", args.heap)
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "false")
         .getOrCreate()
     )

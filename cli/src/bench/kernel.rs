@@ -96,11 +96,17 @@ impl KernelFigures {
 /// not know is an error: the script ships with the binary, and a renamed figure must not read
 /// as missing.
 fn figures(stderr: &str) -> Result<KernelFigures, String> {
-    // Its other lines (a cgroup it could not remove, after the figures) are words.
-    let Some(line) = stderr.lines().rev().find_map(|l| {
-        l.strip_prefix("kernel-baseline: ")
-            .filter(|rest| rest.split_whitespace().all(|kv| kv.contains('=')))
-    }) else {
+    // Its other lines (a cgroup it could not remove, after the figures) are words; a progress
+    // bar the command drew with carriage returns (Spark's) may share the figures' line.
+    let Some(line) = stderr
+        .lines()
+        .flat_map(|l| l.split('\r'))
+        .rev()
+        .find_map(|l| {
+            l.strip_prefix("kernel-baseline: ")
+                .filter(|rest| rest.split_whitespace().all(|kv| kv.contains('=')))
+        })
+    else {
         return Ok(KernelFigures::default());
     };
     let mut m = serde_json::Map::new();
@@ -232,6 +238,8 @@ mod tests {
         // The cleanup's complaints come after the figures.
         let late = "kernel-baseline: pswpin=4\nkernel-baseline: could not remove /dev/zram1\n";
         assert_eq!(figures(late).unwrap().pswpin, Some(4));
+        let after_a_bar = "[Stage 5:===>   (5 + 2) / 8]\rkernel-baseline: pswpin=6\n";
+        assert_eq!(figures(after_a_bar).unwrap().pswpin, Some(6));
         // A figure renamed in the script is an error, not a missing value.
         let e = figures("kernel-baseline: swapins=5\n").unwrap_err();
         assert!(e.contains("unknown field `swapins`"), "{e}");

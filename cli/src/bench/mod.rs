@@ -423,8 +423,11 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
         for c in &cfg.collectors {
             for w in &cfg.workloads {
                 let java = matches!(w, BenchWorkload::Java(_));
-                // Spark jobs are long: the first collector only, and no kernel run (the
-                // cgroup would also hold the Python driver).
+                // The kernel's twin for the Java workloads and Spark's local mode (the
+                // cgroup holds PySpark's python too, as the JVM's launcher: what the job needs
+                // beside the heap, either way); not for a cluster run's several heaps.
+                let twin = java || matches!(w, BenchWorkload::Spark(_, spark::Deploy::Local));
+                // Spark jobs are long: the first collector only.
                 if !java && *c != cfg.collectors[0] {
                     continue;
                 }
@@ -441,7 +444,7 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                 } else {
                     SPARK_LOCALS.to_vec()
                 };
-                if cfg.kernel && java {
+                if cfg.kernel && twin {
                     out.push(p(Mode::KernelCalibrate, 100));
                 }
                 for &local in &locals {
@@ -450,7 +453,7 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     // With the patched JDK (G1, Shenandoah) the hooked run joins the rotation;
                     // the pager without a network (in-process store) runs at every budget.
                     let mut order = vec![Mode::Baseline, Mode::Memliner];
-                    if java && local < 100 {
+                    if twin && local < 100 {
                         order.push(Mode::MemlinerInProcess);
                     }
                     if cfg.gc_hooks && HOOKED_COLLECTORS.contains(&c.as_str()) {
@@ -465,7 +468,7 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     }
                     // Sized from this repetition's calibration and memliner-at-100% runs
                     // (which come first).
-                    if cfg.kernel && java && local < 100 {
+                    if cfg.kernel && twin && local < 100 {
                         out.push(p(Mode::Kernel, local));
                         if !cfg.kernel_only {
                             out.push(p(Mode::MemlinerKernelHeap, local));
@@ -908,7 +911,7 @@ fn command_for(
                 .and_then(Path::parent);
             Ok(spark_env
                 .ok_or("spark workloads need the spark environment")?
-                .command(*job, *deploy, &p.collector, home))
+                .command(*job, *deploy, &p.collector, heap_mb, home))
         }
     }
 }

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 /// The environment variable the job script reads the `-agentpath:` argument from.
 pub const AGENT_ENV: &str = "MEMLINER_AGENT_OPTS";
 
-/// Driver heap of the Spark jobs (Spark refuses less than about 450 MiB).
-pub const HEAP: &str = "512m";
+/// The smallest driver heap of a local-mode job (Spark refuses less than about 450 MiB); the
+/// bench's heap when larger, with the job's data scaled alike (`--scale`, one step per 512 MiB).
+pub const MIN_HEAP_MB: u64 = 512;
 
 /// Executor JVMs of a cluster run (one core each: this machine has two).
 pub const EXECUTORS: usize = 2;
@@ -82,8 +83,10 @@ impl Env {
         job: Job,
         deploy: Deploy,
         collector: &str,
+        heap_mb: u64,
         patched_jdk: Option<&Path>,
     ) -> Vec<String> {
+        let heap_mb = heap_mb.max(MIN_HEAP_MB);
         let mut cmd = Vec::new();
         if let Some(home) = patched_jdk {
             cmd.push("env".into());
@@ -96,7 +99,9 @@ impl Env {
             "--collector".into(),
             collector.into(),
             "--heap".into(),
-            HEAP.into(),
+            format!("{heap_mb}m"),
+            "--scale".into(),
+            (heap_mb / MIN_HEAP_MB).to_string(),
         ]);
         if deploy == Deploy::Cluster {
             cmd.extend([
