@@ -6,6 +6,24 @@
 //! The JVM meets the agent in `runtime` (`Agent_OnLoad`, the JVMTI callbacks) and, on a
 //! GC-hook patched JVM, in `hooks`.
 
+/// `Display` as each enum's `name()`: the word its option, its stats field and the messages use.
+macro_rules! display_as_name {
+    ($($t:ty),*) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    )*};
+}
+
+display_as_name!(
+    model::FaultDelivery,
+    model::Discovery,
+    options::Policy,
+    pager::Replacement
+);
+
 pub mod gc_layout;
 pub mod heap;
 pub mod hooks;

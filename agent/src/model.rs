@@ -69,12 +69,6 @@ impl FaultDelivery {
     }
 }
 
-impl std::fmt::Display for FaultDelivery {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// How the heap was found: HotSpot's serviceability tables, or a guess from /proc/self/maps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -89,12 +83,6 @@ impl Discovery {
             Discovery::VmStructs => "vmstructs",
             Discovery::Maps => "maps",
         }
-    }
-}
-
-impl std::fmt::Display for Discovery {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 

@@ -54,12 +54,6 @@ impl Policy {
     }
 }
 
-impl std::fmt::Display for Policy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// How much of the heap may be resident.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Budget {

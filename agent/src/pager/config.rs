@@ -27,12 +27,6 @@ impl Replacement {
     }
 }
 
-impl std::fmt::Display for Replacement {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// How long the sampling window (the inactive list of unmapped pages) is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Window {
