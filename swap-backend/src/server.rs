@@ -66,6 +66,11 @@ impl Default for Limits {
 }
 
 impl ServerConfig {
+    /// Pages of storage across all clients.
+    fn capacity_pages(&self) -> u64 {
+        self.capacity_bytes / PAGE_SIZE as u64
+    }
+
     /// `capacity_bytes` for every client together, no token, quiet, no emulated latency, TCP
     /// only, pages freed as soon as their owner disconnects, no per-client quota.
     pub fn with_capacity(capacity_bytes: u64) -> ServerConfig {
@@ -138,7 +143,7 @@ struct Shared {
 impl Shared {
     fn new(config: ServerConfig, target: Option<Arc<Target>>) -> Shared {
         Shared {
-            capacity_pages: config.capacity_bytes / PAGE_SIZE as u64,
+            capacity_pages: config.capacity_pages(),
             config,
             used_pages: AtomicU64::new(0),
             pages_read: AtomicU64::new(0),
@@ -281,11 +286,14 @@ pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle
     );
     let listener = TcpListener::bind(listen)?;
     let addr = listener.local_addr()?;
-    let capacity_pages = config.capacity_bytes / PAGE_SIZE as u64;
     let target = if config.fabric {
         Some(
-            Target::start(&addr.ip().to_string(), capacity_pages, config.verbose)
-                .map_err(std::io::Error::other)?,
+            Target::start(
+                &addr.ip().to_string(),
+                config.capacity_pages(),
+                config.verbose,
+            )
+            .map_err(std::io::Error::other)?,
         )
     } else {
         None
@@ -756,20 +764,14 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
                 });
             }
         };
-        if let Request::Hello(_) = request {
-            let _ = ns_error(
-                &ns,
-                &mut writer,
-                h.request,
-                code::BAD_REQUEST,
-                "second hello",
-            );
-            let _ = writer.flush();
-            return Err(ConnectionEnd::SecondHello);
-        }
+        let second_hello = matches!(request, Request::Hello(_));
         match respond(shared, &ns, &name, &mut session, request, &mut out) {
             Ok(reply) => reply.write_to(&mut writer, h.request).map_err(io)?,
             Err((c, msg)) => ns_error(&ns, &mut writer, h.request, c, &msg).map_err(io)?,
+        }
+        if second_hello {
+            let _ = writer.flush();
+            return Err(ConnectionEnd::SecondHello);
         }
     }
 }
@@ -815,9 +817,9 @@ fn attach(
 }
 
 /// The answer to one request of a connection attached to namespace `name` (`ns`): its reply,
-/// or a refusal (a [`code`] and why) that the connection survives. `out` holds a read's pages;
-/// `session` is the connection's one-sided session, once it attached. A hello is not
-/// answered here: a second one ends the connection.
+/// or a refusal (a [`code`] and why). `out` holds a read's pages; `session` is the
+/// connection's one-sided session, once it attached. A second hello is refused here, and the
+/// caller then ends the connection; every other refusal leaves it open.
 fn respond<'s, 'o>(
     shared: &'s Shared,
     ns: &Arc<Namespace>,

@@ -58,29 +58,21 @@ fn skip_reason(stderr: &str) -> String {
 /// on its last line and as a bench record's `kernel` object: one type both ways. A figure the
 /// script did not print (or an older report did not have) is `None`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct KernelFigures {
     /// The cgroup's memory limit (absent: unlimited).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_bytes: Option<u64>,
     /// The cgroup's peak charge.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_usage: Option<u64>,
     /// Peak anonymous memory of the cgroup.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_anon: Option<u64>,
     /// Peak resident bytes of the Java heap.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_heap: Option<u64>,
     /// What the JVM held beside its heap, read at the instant of the heap's peak.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beside_heap: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pgmajfault: Option<u64>,
     /// Pages swapped in and out (/proc/vmstat, the run alone on the machine's swap).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pswpin: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pswpout: Option<u64>,
 }
 
