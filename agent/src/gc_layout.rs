@@ -23,8 +23,11 @@
 
 use crate::vmstructs::VmStructs;
 
-/// Why a range holds nothing live.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why a range holds nothing live; the stats name it as `name` does.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, strum::EnumCount, strum::VariantArray, strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "snake_case")]
 pub enum Reason {
     /// A whole free (empty, trash) region.
     FreeRegion,
@@ -33,14 +36,11 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 2] = [Reason::FreeRegion, Reason::AboveTop];
-    pub const COUNT: usize = 2;
+    pub const ALL: &'static [Reason] = <Reason as strum::VariantArray>::VARIANTS;
+    pub const COUNT: usize = <Reason as strum::EnumCount>::COUNT;
 
     pub fn name(self) -> &'static str {
-        match self {
-            Reason::FreeRegion => "free_region",
-            Reason::AboveTop => "above_top",
-        }
+        self.into()
     }
 }
 

@@ -1,8 +1,20 @@
 //! The vocabulary the pager, the policies, the thread classifier and the stats share: who
 //! faulted and how a fault was served. A leaf module: it imports nothing of the agent.
 
-/// Who faulted, as the pager counts it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Who faulted, as the pager counts it; the stats document names it as `name` does.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    strum::EnumCount,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum ThreadClass {
     /// Java threads.
     Application = 0,
@@ -19,30 +31,16 @@ pub enum ThreadClass {
 }
 
 impl ThreadClass {
-    pub const COUNT: usize = 6;
-    pub const ALL: [ThreadClass; ThreadClass::COUNT] = [
-        ThreadClass::Application,
-        ThreadClass::Gc,
-        ThreadClass::GcConcurrent,
-        ThreadClass::Jit,
-        ThreadClass::Vm,
-        ThreadClass::Other,
-    ];
+    pub const COUNT: usize = <ThreadClass as strum::EnumCount>::COUNT;
+    pub const ALL: &'static [ThreadClass] = <ThreadClass as strum::VariantArray>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            ThreadClass::Application => "application",
-            ThreadClass::Gc => "gc",
-            ThreadClass::GcConcurrent => "gc-concurrent",
-            ThreadClass::Jit => "jit",
-            ThreadClass::Vm => "vm",
-            ThreadClass::Other => "other",
-        }
+        self.into()
     }
 
     /// The class `name` names (its stats name).
     pub fn from_name(name: &str) -> Option<ThreadClass> {
-        ThreadClass::ALL.into_iter().find(|c| c.name() == name)
+        name.parse().ok()
     }
 
     pub fn is_gc(self) -> bool {
@@ -51,27 +49,39 @@ impl ThreadClass {
 }
 
 /// How faults reach the code that serves them; the stats document names it as `name` does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantNames,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum FaultDelivery {
-    /// As userfaultfd events, to fault-handler threads that wake the faulting thread.
-    Thread,
     /// As a SIGBUS to the faulting thread, which serves its own fault.
     Signal,
+    /// As userfaultfd events, to fault-handler threads that wake the faulting thread.
+    Thread,
 }
 
 impl FaultDelivery {
     pub fn name(self) -> &'static str {
-        match self {
-            FaultDelivery::Thread => "thread",
-            FaultDelivery::Signal => "signal",
-        }
+        self.into()
     }
 }
 
 /// How the heap was found: HotSpot's serviceability tables, or a guess from /proc/self/maps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, strum::IntoStaticStr,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Discovery {
     VmStructs,
     Maps,
@@ -79,10 +89,7 @@ pub enum Discovery {
 
 impl Discovery {
     pub fn name(self) -> &'static str {
-        match self {
-            Discovery::VmStructs => "vmstructs",
-            Discovery::Maps => "maps",
-        }
+        self.into()
     }
 }
 
@@ -106,8 +113,11 @@ pub enum ThreadKind {
     Unknown,
 }
 
-/// Why a fault was served the way it was.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why a fault was served the way it was; the stats document names it as `name` does.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, strum::EnumCount, strum::VariantArray, strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "snake_case")]
 pub enum FaultKind {
     /// First touch: zero-filled locally, no network.
     Zero = 0,
@@ -118,6 +128,7 @@ pub enum FaultKind {
     /// A duplicate or stale message: the page was already there.
     Stale = 3,
     /// Served from a prefetched marker page: no network.
+    #[strum(serialize = "prefetch_hit")]
     Hit = 4,
     /// A touch of a page the reclaimer had unmapped to sample its use (its bytes were kept
     /// locally): mapped back, no network; the page is referenced.
@@ -125,24 +136,49 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const COUNT: usize = 6;
-    pub const ALL: [FaultKind; FaultKind::COUNT] = [
-        FaultKind::Zero,
-        FaultKind::Remote,
-        FaultKind::Write,
-        FaultKind::Stale,
-        FaultKind::Hit,
-        FaultKind::Reactivate,
-    ];
+    pub const COUNT: usize = <FaultKind as strum::EnumCount>::COUNT;
+    pub const ALL: &'static [FaultKind] = <FaultKind as strum::VariantArray>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            FaultKind::Zero => "zero",
-            FaultKind::Remote => "remote",
-            FaultKind::Write => "write",
-            FaultKind::Stale => "stale",
-            FaultKind::Hit => "prefetch_hit",
-            FaultKind::Reactivate => "reactivate",
+        self.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_the_stats_documents_and_tables_follow_the_discriminants() {
+        let classes: Vec<&str> = ThreadClass::ALL.iter().map(|c| c.name()).collect();
+        assert_eq!(
+            classes,
+            ["application", "gc", "gc-concurrent", "jit", "vm", "other"]
+        );
+        let kinds: Vec<&str> = FaultKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "zero",
+                "remote",
+                "write",
+                "stale",
+                "prefetch_hit",
+                "reactivate"
+            ]
+        );
+        // Counters are arrays indexed by `as usize`.
+        for (i, c) in ThreadClass::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+            assert_eq!(ThreadClass::from_name(c.name()), Some(*c));
         }
+        for (i, k) in FaultKind::ALL.iter().enumerate() {
+            assert_eq!(*k as usize, i);
+        }
+        assert_eq!(ThreadClass::from_name("gc_concurrent"), None);
+        assert_eq!(
+            (FaultDelivery::Signal.name(), Discovery::VmStructs.name()),
+            ("signal", "vmstructs")
+        );
     }
 }

@@ -1,56 +1,49 @@
-//! The agent's options: one typed [`Options`], the option string's one parser ([`parse`],
-//! key by key through [`Options::set`]) and its one writer ([`Options::render`]). The
-//! `memliner` command builds its `-agentpath:` string with the same two, so both sides take
-//! the same keys, values and error messages.
+//! The agent's options: one typed [`Options`] and one table, [`OPTIONS`], that every use of
+//! the option keys is derived from: the parser ([`parse`], key by key through
+//! [`Options::set`]), the writer ([`Options::render`]), the keys listed in errors, `memliner
+//! run`'s flags with their help, and the README's option table (a test compares it row by
+//! row). The `memliner` command builds its `-agentpath:` string with the same parser and
+//! writer, so both sides take the same keys, values and error messages.
 //!
 //! `-agentpath:/path/libmemliner_agent.so=key=value,key=value,...`, merged over the
-//! `MEMLINER_OPTIONS` environment variable (same syntax; the agent string wins).
-//!
-//! | key        | value                                   | default |
-//! |------------|-----------------------------------------|---------|
-//! | `server`   | a memory server's URL, `tcp://HOST:PORT`, `fabric://HOST:PORT` (or just `HOST:PORT`), several joined by `+` (pages spread over them, see `replicas`), or `local` (in-process store, for tests) | `local` |
-//! | `replicas` | copies of each page, on as many of the servers (1 to their number): a write completes when each copy is written, a read is served by any, a lost server's pages are copied again | `2` with two or more servers, else `1` |
-//! | `local`    | local budget: percent of the heap (`25%`) or a size (`512m`, `2g`) | `100%` |
-//! | `policy`   | `memliner` (GC-aware), `baseline` (like kernel swap) or `off` (agent loaded, heap not paged) | `memliner` |
-//! | `prefetch` | largest prefetch window in pages, 0 turns prefetching off | `32` |
-//! | `streams`  | `thread` or `class`: prefetch streams per thread or per thread class (`memliner` only) | `thread` |
-//! | `stats`    | file to write the stats JSON to at VM death and on SIGQUIT (without it, SIGQUIT writes `memliner-HOST-PID.json` in `TMPDIR`, else /tmp, for `memliner stats PID`); `%p` becomes the JVM's pid and `%h` the host name (one file per executor when many JVMs share the option), a path ending in `/` is a directory to write `memliner-%h-%p.json` in | none |
-//! | `log`      | `error`, `warn`, `info`, `debug`          | `warn` |
-//! | `handlers` | fault-handler threads, 1..=16             | `1` |
-//! | `token_file` | file holding the memory servers' shared secret (else `MEMLINER_TOKEN` in the environment); never the secret itself, which the JVM's command line would show every user | none |
-//! | `dirty`    | `track` (write-protect pages mapped on a read; clean pages are dropped without a write-back), `auto` (track per thread class while it pays: see `policy::WriteRatio`; `memliner` only, `baseline` treats it as `track`) or `assume` (no write faults; every evicted page is written back) | `auto` |
-//! | `reclaim`  | `lru` (the kernel's active and inactive lists with working-set detection; references sampled by unmapping pages whose bytes stay local) or `fifo` (arrival order, a second chance for pages written while mapped; for comparison) | `lru` |
-//! | `faults`   | `signal` (the faulting thread serves its own fault from a SIGBUS handler: no thread wakes) or `thread` (fault-handler threads read userfaultfd events and wake the faulting thread; for programs whose system calls read paged-out heap memory from kernel mode) | `signal` |
-//! | `latency`  | emulated latency every store request takes at least (`3us`, `1ms`), for planning: `server=local,latency=3us` approximates an RDMA fabric; 0 turns it off | `0` |
-//! | `fallback` | `none` (the JVM does not start when the memory server cannot be used, and stops when its heap cannot be paged) or `local` (warn, and run without far memory) | `none` |
-//! | `probe`    | interval in ms of the latency probe (a remote fault timed as the faulting thread sees it), 0 turns it off | `10` |
-//!
-//! An unknown key or a bad value is an error that names the key and the valid choices.
+//! `MEMLINER_OPTIONS` environment variable (same syntax; the agent string wins). An unknown
+//! key or a bad value is an error that names the key and the valid choices.
 
+use std::str::FromStr;
+
+use strum::VariantNames;
 use swap_backend::units::parse_size;
 use swap_backend::ServerUrl;
 
 pub use crate::model::FaultDelivery;
 
 /// Paging policy; the stats document names it as `name` does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantNames,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Policy {
-    /// Load, classify threads and write stats, but do not page the heap.
-    Off,
-    /// Runtime-agnostic paging, like kernel swap.
-    Baseline,
     /// GC-aware paging (see `policy::MemLiner`).
     MemLiner,
+    /// Runtime-agnostic paging, like kernel swap.
+    Baseline,
+    /// Load, classify threads and write stats, but do not page the heap.
+    Off,
 }
 
 impl Policy {
     pub fn name(self) -> &'static str {
-        match self {
-            Policy::Off => "off",
-            Policy::Baseline => "baseline",
-            Policy::MemLiner => "memliner",
-        }
+        self.into()
     }
 }
 
@@ -81,8 +74,44 @@ impl std::fmt::Display for Budget {
     }
 }
 
+impl FromStr for Budget {
+    type Err = String;
+
+    /// `25%` or a size (`512m`, `2g`), above zero.
+    fn from_str(value: &str) -> Result<Budget, String> {
+        if let Some(p) = value.strip_suffix('%') {
+            let p: f64 = p
+                .parse()
+                .map_err(|_| "expected a percentage like 25%".to_string())?;
+            if !(p > 0.0 && p <= 100.0) {
+                return Err("a percentage must be above 0% and at most 100%".into());
+            }
+            Ok(Budget::Percent(p))
+        } else {
+            let b = parse_size(value)
+                .map_err(|_| "expected a percentage (25%) or a size (512m, 2g)".to_string())?;
+            if b == 0 {
+                return Err("the budget must be above zero".into());
+            }
+            Ok(Budget::Bytes(b))
+        }
+    }
+}
+
 /// Log verbosity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantNames,
+)]
+#[strum(serialize_all = "lowercase")]
 pub enum LogLevel {
     Error = 0,
     Warn = 1,
@@ -91,7 +120,10 @@ pub enum LogLevel {
 }
 
 /// Which written pages the pager tracks (`dirty=`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr, strum::VariantNames,
+)]
+#[strum(serialize_all = "lowercase")]
 pub enum Dirty {
     /// Track per thread class while it pays (`memliner`; `baseline` tracks).
     Auto,
@@ -114,7 +146,10 @@ impl Dirty {
 }
 
 /// What one prefetch stream follows (`streams=`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr, strum::VariantNames,
+)]
+#[strum(serialize_all = "lowercase")]
 pub enum Streams {
     Thread,
     Class,
@@ -124,7 +159,10 @@ pub enum Streams {
 pub use crate::pager::Replacement as Reclaim;
 
 /// What the agent does when it cannot give the JVM far memory (`fallback=`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr, strum::VariantNames,
+)]
+#[strum(serialize_all = "lowercase")]
 pub enum Fallback {
     /// Refuse to start (at load: the memory server cannot be used) or stop the JVM (at VM
     /// start: the heap cannot be paged), with the reason.
@@ -132,6 +170,352 @@ pub enum Fallback {
     /// Warn and run without far memory: evicted pages stay in the JVM's own memory, or the
     /// heap stays wholly local.
     Local,
+}
+
+/// One agent option: its key, the `memliner run` flag that sets it, what it takes and its
+/// default (Markdown, as the README shows them), and how it is read and written.
+#[derive(Debug)]
+pub struct OptionSpec {
+    pub key: &'static str,
+    pub flag: Option<Flag>,
+    pub values: &'static str,
+    pub default: &'static str,
+    /// Sets the option from its string form; the error says what was expected.
+    set: fn(&mut Options, &str) -> Result<(), String>,
+    /// The option's string form when it differs from the default (what `render` writes).
+    get: fn(&Options) -> Option<String>,
+}
+
+/// The `memliner run` flag for an option.
+#[derive(Debug)]
+pub struct Flag {
+    /// Without the leading `--`.
+    pub long: &'static str,
+    pub value_name: &'static str,
+    /// Given again, its values are joined by `+`.
+    pub repeat: bool,
+    /// What `memliner run` does without the flag, where it differs from the agent's default.
+    pub run_default: RunDefault,
+}
+
+/// `memliner run`'s default for an option.
+#[derive(Debug)]
+pub enum RunDefault {
+    /// The agent's.
+    Agent,
+    /// This value.
+    Value(&'static str),
+    /// Something `memliner run` provides (an embedded server, a temporary file), in words.
+    Provided(&'static str),
+}
+
+const fn flag(long: &'static str, value_name: &'static str) -> Option<Flag> {
+    Some(Flag {
+        long,
+        value_name,
+        repeat: false,
+        run_default: RunDefault::Agent,
+    })
+}
+
+/// `value` parsed as one of `T`'s names, or an error listing them.
+fn choice<T: FromStr + VariantNames>(value: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("expected one of {}", T::VARIANTS.join(", ")))
+}
+
+/// `value`'s name when it is not `default`'s.
+fn named<T: PartialEq + Into<&'static str>>(value: T, default: T) -> Option<String> {
+    (value != default).then(|| Into::<&'static str>::into(value).to_string())
+}
+
+/// `value` as a number within `range`, or `what` was expected.
+fn number<T: FromStr + PartialOrd>(
+    value: &str,
+    range: std::ops::RangeInclusive<T>,
+    what: &str,
+) -> Result<T, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| format!("expected {what}"))
+}
+
+/// `value` as free text (a path): not empty, and without the option string's separator.
+fn text(value: &str) -> Result<Option<String>, String> {
+    if value.is_empty() || value.contains(',') {
+        Err("expected a file path without a ','".into())
+    } else {
+        Ok(Some(value.to_string()))
+    }
+}
+
+/// Every agent option, in the order the README and `memliner run --help` list them.
+pub static OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        key: "server",
+        flag: Some(Flag {
+            long: "server",
+            value_name: "URL",
+            repeat: true,
+            run_default: RunDefault::Provided("embedded TCP server"),
+        }),
+        values: "a memory server's URL, `tcp://HOST:PORT` (a bare `HOST:PORT` is TCP; IPv6 as `[ADDR]:PORT`) or `fabric://HOST:PORT` (one-sided, above); several joined by `+` (or `--server` given again) spread pages over them with `replicas` copies (above); `local` keeps pages in the JVM's own memory (tests)",
+        default: "`local`",
+        set: |o, v| {
+            o.server_given = true;
+            o.servers = if v == "local" {
+                Vec::new()
+            } else {
+                v.split('+')
+                    .map(str::parse::<ServerUrl>)
+                    .collect::<Result<_, _>>()?
+            };
+            Ok(())
+        },
+        get: |o| {
+            let s: Vec<String> = o.servers.iter().map(ServerUrl::to_string).collect();
+            (o.server_given || !s.is_empty()).then(|| {
+                if s.is_empty() {
+                    "local".into()
+                } else {
+                    s.join("+")
+                }
+            })
+        },
+    },
+    OptionSpec {
+        key: "replicas",
+        flag: flag("replicas", "N"),
+        values: "copies of each page, 1 to the number of servers",
+        default: "`2` with two servers or more, else `1`",
+        set: |o, v| {
+            let max = swap_backend::replica::MAX_SERVERS;
+            o.replicas = Some(number(v, 1..=max, &format!("a number of copies from 1 to {max}"))?);
+            Ok(())
+        },
+        get: |o| o.replicas.map(|r| r.to_string()),
+    },
+    OptionSpec {
+        key: "local",
+        flag: Some(Flag {
+            long: "local",
+            value_name: "BUDGET",
+            repeat: false,
+            run_default: RunDefault::Value("25%"),
+        }),
+        values: "percent of the heap (`25%`) or bytes (`512m`, `2g`)",
+        default: "`100%`",
+        set: |o, v| {
+            o.budget = v.parse()?;
+            Ok(())
+        },
+        get: |o| (o.budget != Options::default().budget).then(|| o.budget.to_string()),
+    },
+    OptionSpec {
+        key: "policy",
+        flag: flag("policy", "POLICY"),
+        values: "`memliner` (GC-aware, below), `baseline` (kernel-swap-like: one global prefetch stream, one recency queue), `off` (load, classify, count; no paging)",
+        default: "`memliner`",
+        set: |o, v| {
+            o.policy = choice(v)?;
+            Ok(())
+        },
+        get: |o| named(o.policy, Options::default().policy),
+    },
+    OptionSpec {
+        key: "prefetch",
+        flag: flag("prefetch", "PAGES"),
+        values: "largest prefetch window in pages, `0` turns prefetching off (a window is also capped at 1/8 of the budget)",
+        default: "`32`",
+        set: |o, v| {
+            o.prefetch = number(v, 0..=256, "a window in pages from 0 (off) to 256")?;
+            Ok(())
+        },
+        get: |o| (o.prefetch != Options::default().prefetch).then(|| o.prefetch.to_string()),
+    },
+    OptionSpec {
+        key: "streams",
+        flag: flag("streams", "thread|class"),
+        values: "`thread` or `class`: `memliner`'s prefetch streams per thread or per thread class",
+        default: "`thread`",
+        set: |o, v| {
+            o.streams = choice(v)?;
+            Ok(())
+        },
+        get: |o| named(o.streams, Options::default().streams),
+    },
+    OptionSpec {
+        key: "dirty",
+        flag: flag("dirty", "auto|track|assume"),
+        values: "`auto`: under `memliner`, write-protect the pages a thread class reads in only while fewer than 1 in 4 of them get written (tracking is then cheaper than the write-backs it saves); `track`: always, so a page only read is dropped at eviction without a write-back; `assume`: no write faults, every evicted page is written back (`baseline` treats `auto` as `track`)",
+        default: "`auto`",
+        set: |o, v| {
+            o.dirty = choice(v)?;
+            Ok(())
+        },
+        get: |o| named(o.dirty, Options::default().dirty),
+    },
+    OptionSpec {
+        key: "reclaim",
+        flag: flag("reclaim", "lru|fifo"),
+        values: "`lru`: the kernel's active and inactive lists with working-set detection, references seen through write faults, refault distances and (where it pays) sampling by unmapping pages whose bytes stay local (below); `fifo`: arrival order, a second chance for pages written while mapped, for comparison",
+        default: "`lru`",
+        set: |o, v| {
+            o.reclaim = choice(v)?;
+            Ok(())
+        },
+        get: |o| named(o.reclaim, Options::default().reclaim),
+    },
+    OptionSpec {
+        key: "faults",
+        flag: flag("faults", "signal|thread"),
+        values: "`signal`: the faulting thread serves its own fault from a SIGBUS handler (userfaultfd's `UFFD_FEATURE_SIGBUS`; x86-64), no thread wakes on either side; `thread`: fault-handler threads read userfaultfd events and wake the faulting thread (for programs whose system calls read paged-out heap memory from kernel mode, which get `EFAULT` under `signal`; chosen automatically, with a warning, where SIGBUS delivery is unavailable or a preloaded libjsig keeps HotSpot's SIGBUS handler in front of the agent's)",
+        default: "`signal`",
+        set: |o, v| {
+            o.faults = choice(v)?;
+            Ok(())
+        },
+        get: |o| named(o.faults, Options::default().faults),
+    },
+    OptionSpec {
+        key: "handlers",
+        flag: flag("handlers", "N"),
+        values: "fault-handler threads, 1–16 (with `faults=signal` one thread reads the events that are not faults)",
+        default: "`1`",
+        set: |o, v| {
+            o.handlers = number(v, 1..=16, "a number of threads from 1 to 16")?;
+            Ok(())
+        },
+        get: |o| (o.handlers != Options::default().handlers).then(|| o.handlers.to_string()),
+    },
+    OptionSpec {
+        key: "stats",
+        flag: Some(Flag {
+            long: "stats",
+            value_name: "PATH",
+            repeat: false,
+            run_default: RunDefault::Provided("a temporary file"),
+        }),
+        values: "file for the stats JSON, written at VM death and on `kill -QUIT` (`memliner stats PID`; without `stats=` that writes `memliner-HOST-PID.json` in the JVM's `TMPDIR`, else /tmp); `%p` is replaced by the JVM's pid and `%h` by the host name, and a path ending in `/` is a directory (created if missing) for `memliner-HOST-PID.json`, so that a job's executors sharing one option string each write their own",
+        default: "none",
+        set: |o, v| {
+            o.stats = text(v)?;
+            Ok(())
+        },
+        get: |o| o.stats.clone(),
+    },
+    OptionSpec {
+        key: "log",
+        flag: flag("log", "LEVEL"),
+        values: "`error`, `warn`, `info`, `debug`",
+        default: "`warn`",
+        set: |o, v| {
+            o.log = choice(v)?;
+            Ok(())
+        },
+        get: |o| named(o.log, Options::default().log),
+    },
+    OptionSpec {
+        key: "token_file",
+        flag: flag("token-file", "PATH"),
+        values: "a file holding the memory servers' shared secret; without it the agent reads `MEMLINER_TOKEN` from its environment (`memliner run` passes its own on). A `token=` with the secret itself is refused: the JVM's command line is readable by every user",
+        default: "none",
+        set: |o, v| {
+            o.token_file = text(v)?;
+            Ok(())
+        },
+        get: |o| o.token_file.clone(),
+    },
+    OptionSpec {
+        key: "latency",
+        flag: flag("emulate-latency", "DURATION"),
+        values: "every request to the page store takes at least this long (`3us`, `1ms`): a model for planning, not a measurement; `server=local,latency=3us` (pages in the JVM's own memory) approximates one-sided RDMA reads, which loopback TCP (20 us and more) cannot; `0` turns it off",
+        default: "off",
+        set: |o, v| {
+            let d = swap_backend::units::parse_duration(v)?;
+            o.latency = (!d.is_zero()).then_some(d);
+            Ok(())
+        },
+        get: |o| o.latency.map(swap_backend::units::format_duration),
+    },
+    OptionSpec {
+        key: "fallback",
+        flag: flag("fallback", "none|local"),
+        values: "what to do without far memory: `none`, the JVM does not start when a memory server cannot be used at start-up (and stops when its heap cannot be paged), or `local`, one line saying why and the JVM runs on local memory (evicted pages in its own memory, or the heap wholly local)",
+        default: "`none`",
+        set: |o, v| {
+            o.fallback = choice(v)?;
+            Ok(())
+        },
+        get: |o| named(o.fallback, Options::default().fallback),
+    },
+    OptionSpec {
+        key: "probe",
+        flag: None,
+        values: "interval in ms of the latency probe (one remote fault timed as the faulting thread sees it), `0` turns it off",
+        default: "`10`",
+        set: |o, v| {
+            o.probe_ms = number(v, 0..=60_000, "an interval in ms from 0 (off) to 60000")?;
+            Ok(())
+        },
+        get: |o| (o.probe_ms != Options::default().probe_ms).then(|| o.probe_ms.to_string()),
+    },
+];
+
+/// Why an option string (or a `memliner run` flag) was refused; each says so in one line that
+/// names the key and what it takes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OptionError {
+    #[error("option '{item}' has no value: write {item}=VALUE (keys: {keys})", keys = keys())]
+    NoValue { item: String },
+    #[error("unknown option '{key}' (valid keys: {keys})", keys = keys())]
+    UnknownKey { key: String },
+    #[error("bad value for '{key}': '{value}': {expected}")]
+    BadValue {
+        key: &'static str,
+        value: String,
+        /// What the key takes.
+        expected: String,
+    },
+    /// `token=`: the value is a secret, never echoed.
+    #[error("bad value for 'token': a secret in -agentpath is readable by every user in /proc/PID/cmdline; give token_file=PATH, or set MEMLINER_TOKEN")]
+    SecretInOptions,
+    /// Options that each parse but do not go together.
+    #[error("bad value for '{key}': {why}")]
+    Conflict { key: &'static str, why: String },
+}
+
+/// The option keys, as errors list them.
+fn keys() -> String {
+    OPTIONS.iter().map(|s| s.key).collect::<Vec<_>>().join(", ")
+}
+
+/// The option `key` names.
+pub fn spec(key: &str) -> Option<&'static OptionSpec> {
+    OPTIONS.iter().find(|s| s.key == key)
+}
+
+/// The README's option table rows for the agent's keys: one row per [`OPTIONS`] entry.
+pub fn markdown_rows() -> String {
+    OPTIONS
+        .iter()
+        .map(|s| {
+            let flag = match &s.flag {
+                Some(f) if f.repeat => format!("`--{}` (repeatable)", f.long),
+                Some(f) => format!("`--{}`", f.long),
+                None => "—".into(),
+            };
+            let default = match s.flag.as_ref().map(|f| &f.run_default) {
+                Some(RunDefault::Value(v)) => format!("agent: {}; `run`: `{v}`", s.default),
+                Some(RunDefault::Provided(what)) => format!("agent: {}; `run`: {what}", s.default),
+                _ => s.default.to_string(),
+            };
+            format!("| `{}` | {flag} | {} | {default} |\n", s.key, s.values)
+        })
+        .collect()
 }
 
 /// Everything the agent was asked to do.
@@ -190,16 +574,13 @@ impl Default for Options {
     }
 }
 
-const KEYS: &str =
-    "server, replicas, local, policy, prefetch, streams, stats, log, handlers, token_file, dirty, reclaim, probe, faults, latency, fallback";
-
 /// Parses `env` (from `MEMLINER_OPTIONS`, may be empty) then `agent` (the -agentpath string).
-pub fn parse(env: &str, agent: &str) -> Result<Options, String> {
+pub fn parse(env: &str, agent: &str) -> Result<Options, OptionError> {
     let mut o = Options::default();
     for source in [env, agent] {
         for item in source.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (key, value) = item.split_once('=').ok_or_else(|| {
-                format!("option '{item}' has no value: write {item}=VALUE (keys: {KEYS})")
+            let (key, value) = item.split_once('=').ok_or_else(|| OptionError::NoValue {
+                item: item.to_string(),
             })?;
             o.set(key, value)?;
         }
@@ -250,50 +631,6 @@ pub fn stats_path(template: &str, pid: u32, host: &str) -> String {
     out
 }
 
-/// `value` among `choices` (name, value), or an error listing the names.
-fn choose<T: Copy>(value: &str, choices: &[(&str, T)]) -> Result<T, String> {
-    choices
-        .iter()
-        .find(|(n, _)| *n == value)
-        .map(|(_, v)| *v)
-        .ok_or_else(|| {
-            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
-            format!("expected one of {}", names.join(", "))
-        })
-}
-
-/// The name of `value` among `choices`.
-fn name_of<T: PartialEq>(value: T, choices: &[(&'static str, T)]) -> &'static str {
-    choices
-        .iter()
-        .find(|(_, v)| *v == value)
-        .map_or("?", |(n, _)| n)
-}
-
-const POLICIES: [(&str, Policy); 3] = [
-    ("memliner", Policy::MemLiner),
-    ("baseline", Policy::Baseline),
-    ("off", Policy::Off),
-];
-const STREAMS: [(&str, Streams); 2] = [("thread", Streams::Thread), ("class", Streams::Class)];
-const LOGS: [(&str, LogLevel); 4] = [
-    ("error", LogLevel::Error),
-    ("warn", LogLevel::Warn),
-    ("info", LogLevel::Info),
-    ("debug", LogLevel::Debug),
-];
-const DIRTY: [(&str, Dirty); 3] = [
-    ("auto", Dirty::Auto),
-    ("track", Dirty::Track),
-    ("assume", Dirty::Assume),
-];
-const RECLAIM: [(&str, Reclaim); 2] = [("lru", Reclaim::Lru), ("fifo", Reclaim::Fifo)];
-const FALLBACK: [(&str, Fallback); 2] = [("none", Fallback::None), ("local", Fallback::Local)];
-const FAULTS: [(&str, FaultDelivery); 2] = [
-    ("signal", FaultDelivery::Signal),
-    ("thread", FaultDelivery::Thread),
-];
-
 impl Options {
     /// Copies of each page: as asked, else two wherever there are two servers or more.
     pub fn replicas(&self) -> usize {
@@ -302,192 +639,65 @@ impl Options {
     }
 
     /// What no single key can check: the options together.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), OptionError> {
         for (i, s) in self.servers.iter().enumerate() {
             if self.servers[..i].contains(s) {
-                return Err(format!(
-                    "bad value for 'server': {s} is given twice (two copies of a page on one server share its fate)"
-                ));
+                return Err(OptionError::Conflict {
+                    key: "server",
+                    why: format!(
+                        "{s} is given twice (two copies of a page on one server share its fate)"
+                    ),
+                });
             }
         }
         if let Some(r) = self.replicas {
             let n = self.servers.len().max(1);
             if r > n {
-                return Err(format!(
-                    "bad value for 'replicas': '{r}': {r} copies need {r} memory servers, and server= gives {n}"
-                ));
+                return Err(OptionError::Conflict {
+                    key: "replicas",
+                    why: format!(
+                        "'{r}': {r} copies need {r} memory servers, and server= gives {n}"
+                    ),
+                });
             }
         }
         Ok(())
     }
 
     /// Sets one option from its string form, as `key=value` in the option string sets it.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        let bad = |what: String| format!("bad value for '{key}': '{value}': {what}");
-        let text = |what: &str| {
-            if value.is_empty() || value.contains(',') {
-                Err(bad(format!("expected {what} without a ','")))
-            } else {
-                Ok(value.to_string())
-            }
-        };
-        match key {
-            "server" => {
-                self.server_given = true;
-                self.servers = if value == "local" {
-                    Vec::new()
-                } else {
-                    value
-                        .split('+')
-                        .map(|s| s.parse::<ServerUrl>().map_err(bad))
-                        .collect::<Result<_, _>>()?
-                };
-            }
-            "local" => {
-                self.budget = if let Some(p) = value.strip_suffix('%') {
-                    let p: f64 = p
-                        .parse()
-                        .map_err(|_| bad("expected a percentage like 25%".into()))?;
-                    if !(p > 0.0 && p <= 100.0) {
-                        return Err(bad("a percentage must be above 0% and at most 100%".into()));
-                    }
-                    Budget::Percent(p)
-                } else {
-                    let b = parse_size(value).map_err(|_| {
-                        bad("expected a percentage (25%) or a size (512m, 2g)".into())
-                    })?;
-                    if b == 0 {
-                        return Err(bad("the budget must be above zero".into()));
-                    }
-                    Budget::Bytes(b)
-                }
-            }
-            "policy" => self.policy = choose(value, &POLICIES).map_err(bad)?,
-            "prefetch" => {
-                self.prefetch =
-                    value.parse().ok().filter(|n| *n <= 256).ok_or_else(|| {
-                        bad("expected a window in pages from 0 (off) to 256".into())
-                    })?
-            }
-            "streams" => self.streams = choose(value, &STREAMS).map_err(bad)?,
-            "stats" => self.stats = Some(text("a file path")?),
-            "log" => self.log = choose(value, &LOGS).map_err(bad)?,
-            "replicas" => {
-                self.replicas = Some(
-                    value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=swap_backend::replica::MAX_SERVERS).contains(n))
-                        .ok_or_else(|| {
-                            bad(format!(
-                                "expected a number of copies from 1 to {}",
-                                swap_backend::replica::MAX_SERVERS
-                            ))
-                        })?,
-                )
-            }
-            "handlers" => {
-                self.handlers = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=16).contains(n))
-                    .ok_or_else(|| bad("expected a number of threads from 1 to 16".into()))?
-            }
-            "token" => {
-                return Err(
-                    // The value is a secret: never echoed.
-                    "bad value for 'token': a secret in -agentpath is readable by every user in /proc/PID/cmdline; give token_file=PATH, or set MEMLINER_TOKEN".into(),
-                );
-            }
-            "token_file" => self.token_file = Some(text("a file path")?),
-            "dirty" => self.dirty = choose(value, &DIRTY).map_err(bad)?,
-            "reclaim" => self.reclaim = choose(value, &RECLAIM).map_err(bad)?,
-            "fallback" => self.fallback = choose(value, &FALLBACK).map_err(bad)?,
-            "probe" => {
-                self.probe_ms =
-                    value.parse().ok().filter(|n| *n <= 60_000).ok_or_else(|| {
-                        bad("expected an interval in ms from 0 (off) to 60000".into())
-                    })?
-            }
-            "faults" => self.faults = choose(value, &FAULTS).map_err(bad)?,
-            "latency" => {
-                let d = swap_backend::units::parse_duration(value).map_err(bad)?;
-                self.latency = (!d.is_zero()).then_some(d);
-            }
-            _ => return Err(format!("unknown option '{key}' (valid keys: {KEYS})")),
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), OptionError> {
+        if key == "token" {
+            return Err(OptionError::SecretInOptions);
         }
-        Ok(())
+        let spec = spec(key).ok_or_else(|| OptionError::UnknownKey {
+            key: key.to_string(),
+        })?;
+        (spec.set)(self, value).map_err(|expected| OptionError::BadValue {
+            key: spec.key,
+            value: value.to_string(),
+            expected,
+        })
     }
 
     /// The option string that [`parse`] reads back as these options: every option that
     /// differs from its default (and `server=` whenever it was given).
     pub fn render(&self) -> String {
-        let d = Options::default();
-        let mut out: Vec<String> = Vec::new();
-        let mut put = |k: &str, v: String| out.push(format!("{k}={v}"));
-        if self.server_given || !self.servers.is_empty() {
-            let s: Vec<String> = self.servers.iter().map(ServerUrl::to_string).collect();
-            put(
-                "server",
-                if s.is_empty() {
-                    "local".into()
-                } else {
-                    s.join("+")
-                },
-            );
-        }
-        if let Some(r) = self.replicas {
-            put("replicas", r.to_string());
-        }
-        if self.budget != d.budget {
-            put("local", self.budget.to_string());
-        }
-        if self.policy != d.policy {
-            put("policy", self.policy.name().into());
-        }
-        if self.prefetch != d.prefetch {
-            put("prefetch", self.prefetch.to_string());
-        }
-        if self.streams != d.streams {
-            put("streams", name_of(self.streams, &STREAMS).into());
-        }
-        if let Some(s) = &self.stats {
-            put("stats", s.clone());
-        }
-        if self.log != d.log {
-            put("log", name_of(self.log, &LOGS).into());
-        }
-        if self.handlers != d.handlers {
-            put("handlers", self.handlers.to_string());
-        }
-        if let Some(f) = &self.token_file {
-            put("token_file", f.clone());
-        }
-        if self.dirty != d.dirty {
-            put("dirty", name_of(self.dirty, &DIRTY).into());
-        }
-        if self.reclaim != d.reclaim {
-            put("reclaim", name_of(self.reclaim, &RECLAIM).into());
-        }
-        if self.fallback != d.fallback {
-            put("fallback", name_of(self.fallback, &FALLBACK).into());
-        }
-        if self.probe_ms != d.probe_ms {
-            put("probe", self.probe_ms.to_string());
-        }
-        if self.faults != d.faults {
-            put("faults", name_of(self.faults, &FAULTS).into());
-        }
-        if let Some(l) = self.latency {
-            put("latency", swap_backend::units::format_duration(l));
-        }
-        out.join(",")
+        OPTIONS
+            .iter()
+            .filter_map(|s| Some(format!("{}={}", s.key, (s.get)(self)?)))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one line `parse` refuses `agent` with.
+    fn err(agent: &str) -> String {
+        parse("", agent).unwrap_err().to_string()
+    }
 
     #[test]
     fn defaults_and_full_string() {
@@ -504,7 +714,11 @@ mod tests {
         assert_eq!(o.log, LogLevel::Debug);
         assert_eq!(o.handlers, 2);
         assert_eq!(o.token_file.as_deref(), Some("/etc/memliner/token"));
-        let err = parse("", "token=s3cret").unwrap_err();
+        assert_eq!(
+            parse("", "token=s3cret").unwrap_err(),
+            OptionError::SecretInOptions
+        );
+        let err = err("token=s3cret");
         assert!(
             err.contains("token_file=PATH") && !err.contains("s3cret"),
             "{err}"
@@ -562,38 +776,36 @@ mod tests {
 
     #[test]
     fn errors_name_the_key_and_the_choices() {
-        let e = parse("", "locall=25%").unwrap_err();
+        assert_eq!(
+            parse("", "locall=25%").unwrap_err(),
+            OptionError::UnknownKey {
+                key: "locall".into()
+            }
+        );
+        let e = err("locall=25%");
         assert!(
             e.contains("unknown option 'locall'") && e.contains("server, replicas, local"),
             "{e}"
         );
-        let e = parse("", "local=abc").unwrap_err();
+        let e = err("local=abc");
         assert!(e.contains("'local'") && e.contains("25%"), "{e}");
-        assert!(parse("", "local=0%").unwrap_err().contains("above 0%"));
+        assert!(err("local=0%").contains("above 0%"));
         assert!(parse("", "local=150%").is_err());
-        let e = parse("", "policy=fast").unwrap_err();
+        let e = err("policy=fast");
         assert!(e.contains("memliner, baseline, off"), "{e}");
-        assert!(parse("", "prefetch=1000")
-            .unwrap_err()
-            .contains("0 (off) to 256"));
-        assert!(parse("", "streams=stack")
-            .unwrap_err()
-            .contains("thread, class"));
-        assert!(parse("", "server=nohost")
-            .unwrap_err()
-            .contains("HOST:PORT"));
-        let e = parse("", "server=udp://h:1").unwrap_err();
+        assert!(err("prefetch=1000").contains("0 (off) to 256"));
+        assert!(err("streams=stack").contains("thread, class"));
+        assert!(err("server=nohost").contains("HOST:PORT"));
+        let e = err("server=udp://h:1");
         assert!(
             e.contains("'server'") && e.contains("unknown scheme 'udp://'"),
             "{e}"
         );
-        assert!(parse("", "stats=").unwrap_err().contains("file path"));
+        assert!(err("stats=").contains("file path"));
         assert!(parse("", "server=h:99999").is_err());
-        assert!(parse("", "handlers=0").unwrap_err().contains("1 to 16"));
-        assert!(parse("", "stats").unwrap_err().contains("no value"));
-        assert!(parse("", "log=loud")
-            .unwrap_err()
-            .contains("error, warn, info, debug"));
+        assert!(err("handlers=0").contains("1 to 16"));
+        assert!(err("stats").contains("no value"));
+        assert!(err("log=loud").contains("error, warn, info, debug"));
     }
 
     #[test]
@@ -616,5 +828,31 @@ mod tests {
         assert_eq!(Options::default().render(), "");
         let o = parse("", "server=h:1,local=25%").unwrap();
         assert_eq!(o.render(), "server=tcp://h:1,local=25%");
+    }
+
+    #[test]
+    fn the_readme_lists_every_option_as_the_table_says() {
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+        let rows = markdown_rows();
+        assert!(
+            readme.contains(&rows),
+            "README.md's option table differs from agent/src/options.rs's OPTIONS; its rows \
+             should read:\n{rows}"
+        );
+    }
+
+    #[test]
+    fn every_key_is_set_and_rendered_by_its_own_entry() {
+        let mut seen = std::collections::HashSet::new();
+        for spec in OPTIONS {
+            assert!(seen.insert(spec.key), "{} twice", spec.key);
+            // Nothing given: nothing written.
+            assert_eq!((spec.get)(&Options::default()), None, "{}", spec.key);
+        }
+        let flags: Vec<&str> = OPTIONS
+            .iter()
+            .filter_map(|s| Some(s.flag.as_ref()?.long))
+            .collect();
+        assert!(flags.contains(&"emulate-latency") && flags.contains(&"token-file"));
     }
 }

@@ -230,7 +230,7 @@ mod tests {
         let p = Baseline { prefetch: true };
         assert_eq!(p.stream(1, ThreadClass::Application), Some(0));
         assert_eq!(p.stream(2, ThreadClass::Gc), Some(0));
-        for c in ThreadClass::ALL {
+        for &c in ThreadClass::ALL {
             for s in [Source::ZeroFill, Source::Demand, Source::Prefetch] {
                 assert_eq!(p.admission(c, s), Admission::Hot);
             }

@@ -137,7 +137,7 @@ fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
 
 fn load(options_str: &str) -> Result<(), String> {
     let env = std::env::var("MEMLINER_OPTIONS").unwrap_or_default();
-    let options = options::parse(&env, options_str)?;
+    let options = options::parse(&env, options_str).map_err(|e| e.to_string())?;
     crate::logging::set_level(options.log);
     let store = if options.policy == Policy::Off {
         None

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use memliner_agent::pager::{Pager, PagerConfig, Replacement, Window};
+use memliner_agent::pager::{Pager, PagerConfig, Replacement};
 use swap_backend::{LocalStore, PageStore, PAGE_SIZE};
 
 mod common;
@@ -27,14 +27,11 @@ fn start_with(
     start_pager(
         region,
         PagerConfig {
-            budget_pages: budget,
             handlers,
             fill_ahead: 3,
-            evict_batch: 8,
             track_dirty,
             // The riskier path: pages unmapped for sampling while they are written.
-            window: Window::Fixed(32),
-            ..PagerConfig::default()
+            ..common::config(budget)
         },
         store,
         Box::new(AllApp),
@@ -120,16 +117,13 @@ fn shared_atomic_increments_survive_eviction() {
         let _pager = start_pager(
             &region,
             PagerConfig {
-                budget_pages: 24,
                 fill_ahead: 3,
-                evict_batch: 8,
                 replacement: if sampling {
                     Replacement::Lru
                 } else {
                     Replacement::Fifo
                 },
-                window: Window::Fixed(32),
-                ..PagerConfig::default()
+                ..common::config(24)
             },
             Box::new(LocalStore::new(1 << 20)),
             Box::new(AllApp),

@@ -50,11 +50,11 @@ fn start(region: &Region, budget: usize, policy: Arc<dyn PagingPolicy>, classes:
     start_pager(
         region,
         PagerConfig {
-            budget_pages: budget,
-            evict_batch: 8,
             fill_ahead: 3,
             policy,
-            ..PagerConfig::default()
+            // The policies' own behaviour: the sampling window sized as the agent sizes it.
+            window: memliner_agent::pager::Window::Adaptive,
+            ..common::config(budget)
         },
         Box::new(LocalStore::new(1 << 20)),
         Box::new(classes),
@@ -239,7 +239,10 @@ fn an_application_write_promotes_a_page_the_gc_brought_in() {
         c.promoted.load(Ordering::SeqCst),
         1,
         "faults by class and kind: {:?}",
-        ThreadClass::ALL.map(|c| (0..FaultKind::COUNT).map(|k| f(c, k)).collect::<Vec<_>>())
+        ThreadClass::ALL
+            .iter()
+            .map(|&c| (0..FaultKind::COUNT).map(|k| f(c, k)).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
     );
     gc(200..500);
     // SAFETY: as above.

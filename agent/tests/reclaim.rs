@@ -34,19 +34,16 @@ fn start_with(
     start_pager(
         region,
         PagerConfig {
-            budget_pages: budget,
             handlers,
             fill_ahead: FILL_AHEAD,
-            evict_batch: 8,
             replacement: if sampling {
                 Replacement::Lru
             } else {
                 Replacement::Fifo
             },
-            window: Window::Fixed(32),
             prefetch_depth: 0,
             policy: Arc::new(Baseline { prefetch: false }),
-            ..PagerConfig::default()
+            ..common::config(budget)
         },
         store,
         Box::new(AllApp),
@@ -295,14 +292,12 @@ fn hot_set_through_a_scan(replacement: Replacement, window: Window) -> u64 {
     let pager = start_pager(
         &region,
         PagerConfig {
-            budget_pages: 256,
             fill_ahead: FILL_AHEAD,
-            evict_batch: 8,
             replacement,
             window,
             prefetch_depth: 0,
             policy: Arc::new(Baseline { prefetch: false }),
-            ..PagerConfig::default()
+            ..common::config(256)
         },
         ShapedStore::new(Duration::from_micros(20), Duration::ZERO),
         Box::new(AllApp),

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use memliner_agent::model::{FaultKind, ThreadClass};
-use memliner_agent::pager::{PagerConfig, Window};
+use memliner_agent::pager::PagerConfig;
 use memliner_agent::policy::Baseline;
 use swap_backend::{LocalStore, PAGE_SIZE};
 
@@ -25,13 +25,10 @@ fn released_pages_read_back_as_zeros_without_a_fetch_and_the_rest_keep_their_byt
     let pager = start_pager(
         &region,
         PagerConfig {
-            budget_pages: BUDGET,
             fill_ahead: 0,
-            evict_batch: 8,
-            window: Window::Fixed(32),
             prefetch_depth: 0,
             policy: Arc::new(Baseline { prefetch: false }),
-            ..PagerConfig::default()
+            ..common::config(BUDGET)
         },
         Box::new(LocalStore::new(PAGES as u64)),
         Box::new(AllApp),

@@ -124,10 +124,7 @@ pub fn run(d: &Demo) -> Result<(), String> {
     };
 
     let (row, stats) = paged(
-        &RunConfig {
-            local: local.clone(),
-            ..RunConfig::default()
-        },
+        &RunConfig::default().local(d.local),
         &cmd,
         format!("{local} local, memliner (embedded TCP server)"),
     )?;

@@ -5,6 +5,7 @@ pub mod aggregate;
 pub mod bench;
 pub mod demo;
 pub mod doctor;
+pub mod flags;
 pub mod live;
 pub mod locate;
 pub mod run;

@@ -48,8 +48,11 @@ pub enum LiveError {
          its stats; they are written at exit with stats=PATH"
     )]
     IgnoresSigquit(u32),
-    #[error("process {pid}'s agent options: {message}")]
-    BadOptions { pid: u32, message: String },
+    #[error("process {pid}'s agent options: {error}")]
+    BadOptions {
+        pid: u32,
+        error: memliner_agent::options::OptionError,
+    },
     #[error("cannot signal JVM {pid}: {error}")]
     Signal { pid: u32, error: std::io::Error },
     #[error(
@@ -262,10 +265,7 @@ fn dump_path(p: &Process) -> Result<PathBuf, LiveError> {
     let environ = p.strings("environ").unwrap_or_default();
     let (env_opts, agent_opts) = agent_options(&cmdline, |k| env_var(&environ, k));
     let stats = options::parse(&env_opts, &agent_opts)
-        .map_err(|message| LiveError::BadOptions {
-            pid: p.pid,
-            message,
-        })?
+        .map_err(|error| LiveError::BadOptions { pid: p.pid, error })?
         .stats;
     let path = PathBuf::from(options::dump_path(
         stats.as_deref(),

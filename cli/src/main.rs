@@ -24,60 +24,12 @@ struct Cli {
 enum Cmd {
     /// Run a JVM with the agent: `memliner run --local 25% -- java -Xmx4g -jar app.jar`.
     Run {
-        /// Local memory budget: percent of the heap (25%) or a size (512m, 2g).
-        #[arg(long, default_value = "25%")]
-        local: String,
-        /// Memory server as a URL, tcp://HOST:PORT, fabric://HOST:PORT (or HOST:PORT); give it
-        /// again for more servers (or join URLs with '+'); default: an embedded server on
-        /// loopback, started for this run.
-        #[arg(long)]
-        server: Vec<String>,
-        /// Copies of each page, on as many servers (default 2 with two servers or more, else 1).
-        #[arg(long)]
-        replicas: Option<usize>,
-        /// Paging policy: memliner (GC-aware), baseline (like kernel swap) or off (not paged).
-        #[arg(long, default_value = "memliner")]
-        policy: String,
-        /// Largest prefetch window in pages (0 turns prefetching off; default 32).
-        #[arg(long)]
-        prefetch: Option<usize>,
-        /// Prefetch streams per `thread` (default) or per thread `class` (memliner only).
-        #[arg(long)]
-        streams: Option<String>,
-        /// Also keep the stats JSON in this file.
-        #[arg(long)]
-        stats: Option<PathBuf>,
-        /// Agent log level: error, warn, info, debug.
-        #[arg(long)]
-        log: Option<String>,
-        /// Fault-handler threads (1-16).
-        #[arg(long)]
-        handlers: Option<usize>,
-        /// File holding the memory server's token (else MEMLINER_TOKEN, which the JVM inherits).
-        #[arg(long, value_name = "PATH")]
-        token_file: Option<PathBuf>,
+        /// The agent's options (its option table: `agent/src/options.rs`).
+        #[command(flatten)]
+        agent: memliner_cli::flags::AgentFlags,
         /// Refused: a token on the command line is readable by every user (/proc/PID/cmdline).
         #[arg(long, hide = true)]
         token: Option<String>,
-        /// Dirty tracking: auto (memliner: per thread class, while it pays), track (clean
-        /// pages drop without write-back) or assume (no write faults; every evicted page is
-        /// written back).
-        #[arg(long)]
-        dirty: Option<String>,
-        /// Reclaim: lru (the kernel's active and inactive lists with working-set detection; the
-        /// default) or fifo (arrival order, for comparison).
-        #[arg(long)]
-        reclaim: Option<String>,
-        /// Fault delivery: signal (the faulting thread serves its own fault; the default) or
-        /// thread (handler threads read userfaultfd events; for programs whose system calls
-        /// read paged-out heap memory).
-        #[arg(long)]
-        faults: Option<String>,
-        /// Emulated latency: every request to the memory server takes at least this long
-        /// (3us, 1ms), for planning; with `--server local` (pages in the JVM's memory), 2-3us
-        /// approximates an RDMA fabric.
-        #[arg(long, value_name = "DURATION")]
-        emulate_latency: Option<String>,
         /// GC hooks of a patched JDK (scripts/build-jdk.sh): auto (on under policy memliner
         /// when the command's java is a patched build; the default), on, or off. The command's
         /// own -XX:[+-]MemLinerLineUp wins.
@@ -88,10 +40,6 @@ enum Cmd {
         /// MEMLINER_AGENT_OPTS).
         #[arg(long, value_name = "VAR")]
         agent_env: Option<String>,
-        /// When far memory cannot be had (the server cannot be used, the heap cannot be
-        /// paged): none (the JVM does not run; the default) or local (warn, run without it).
-        #[arg(long, value_name = "none|local")]
-        fallback: Option<String>,
         /// How the JVM reaches the embedded server (without --server): tcp, or fabric for
         /// one-sided reads and writes through libfabric.
         #[arg(long, value_enum, default_value_t = Transport::Tcp)]
@@ -269,55 +217,30 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Cmd::Run {
-            local,
-            server,
-            replicas,
-            policy,
-            prefetch,
-            streams,
-            stats,
-            log,
-            handlers,
-            token_file,
+            agent,
             token,
-            dirty,
-            reclaim,
-            faults,
-            emulate_latency,
             gc_hooks,
             agent_env,
             transport,
-            fallback,
             quiet,
             command,
         } => {
             if token.is_some() {
                 return fail("--token: a token on the command line is readable by every user (/proc/PID/cmdline), the JVM's too; put it in a file for --token-file, or in MEMLINER_TOKEN");
             }
-            let server = (!server.is_empty()).then(|| server.join("+"));
-            if server.is_some() && transport != Transport::Tcp {
+            let options = match agent.options() {
+                Ok(o) => o,
+                Err(e) => return fail(e),
+            };
+            if options.server_given && transport != Transport::Tcp {
                 return fail("--transport is for the embedded server: give the server's URL (fabric://HOST:PORT) to --server instead");
             }
             let cfg = RunConfig {
                 agent: true,
-                local,
-                server,
-                replicas,
-                policy,
-                stats,
-                log,
-                handlers,
-                token_file,
-                dirty,
-                prefetch,
-                streams,
-                reclaim,
-                faults,
-                latency: emulate_latency,
+                options,
                 gc_hooks,
                 agent_env,
                 transport,
-                fallback,
                 embedded_servers: 1,
             };
             match launch(&cfg, &command, false) {

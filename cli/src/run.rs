@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use memliner_agent::options::Options;
+use memliner_agent::options::{Budget, OptionError, Options, Policy};
 use memliner_agent::stats::doc::StatsDoc;
 use swap_backend::server::{self, ServerConfig, ServerHandle};
 
@@ -13,44 +13,40 @@ use swap_backend::server::{self, ServerConfig, ServerHandle};
 pub struct RunConfig {
     /// Load the agent at all (false: a plain JVM, the all-local reference).
     pub agent: bool,
-    /// `local=` value: `25%`, `512m`.
-    pub local: String,
-    /// Memory servers (`tcp://HOST:PORT` or `HOST:PORT`, several joined by `+`); `None` starts
-    /// an embedded one.
-    pub server: Option<String>,
-    /// `replicas=` value: copies of each page (default: the agent's).
-    pub replicas: Option<usize>,
-    pub policy: String,
-    pub stats: Option<PathBuf>,
-    pub log: Option<String>,
-    pub handlers: Option<usize>,
-    /// File holding the memory server's token (`token_file=`); without it the JVM inherits
-    /// `MEMLINER_TOKEN`, if set.
-    pub token_file: Option<PathBuf>,
-    /// `dirty=` value: `auto`, `track` or `assume`.
-    pub dirty: Option<String>,
-    /// `prefetch=` value: largest window in pages, 0 = off.
-    pub prefetch: Option<usize>,
-    /// `streams=` value: `thread` or `class`.
-    pub streams: Option<String>,
-    /// `reclaim=` value: `lru` or `fifo`.
-    pub reclaim: Option<String>,
-    /// `faults=` value: `signal` or `thread`.
-    pub faults: Option<String>,
-    /// `latency=` value: every store request takes at least this long (`3us`; emulation).
-    pub latency: Option<String>,
+    /// What the agent is told. Without `server=` (`server_given` false) `launch` starts an
+    /// embedded server (none under policy `off`); without `stats=` it reads the stats from a
+    /// temporary file.
+    pub options: Options,
     /// Whether to switch a patched JDK's GC hooks on (`-XX:+MemLinerLineUp`).
     pub gc_hooks: GcHooks,
     /// Hand the `-agentpath:` argument over in this environment variable instead of putting
     /// it on the command line (for launchers such as spark-submit that start the JVM).
     pub agent_env: Option<String>,
-    /// How the JVM reaches the embedded server (when `server` is `None`).
+    /// How the JVM reaches the embedded server (without `server=`).
     pub transport: Transport,
-    /// Embedded servers to start (when `server` is `None`): more than one for the bench's
+    /// Embedded servers to start (without `server=`): more than one for the bench's
     /// replicated cell, the pages then spread over them with `replicas` copies.
     pub embedded_servers: usize,
-    /// `fallback=` value: `none` or `local`.
-    pub fallback: Option<String>,
+}
+
+impl RunConfig {
+    /// This configuration with its agent options changed by `f`.
+    pub fn with(mut self, f: impl FnOnce(&mut Options)) -> RunConfig {
+        f(&mut self.options);
+        self
+    }
+
+    /// This configuration with `local` percent of the heap local.
+    pub fn local(self, percent: u32) -> RunConfig {
+        self.with(|o| o.budget = Budget::Percent(f64::from(percent)))
+    }
+
+    /// This configuration with the agent's `server=` set to `urls` (checked by its parser).
+    pub fn servers(self, urls: &str) -> Result<RunConfig, OptionError> {
+        let mut cfg = self;
+        cfg.options.set("server", urls)?;
+        Ok(cfg)
+    }
 }
 
 /// How pages travel to the embedded memory server.
@@ -68,25 +64,11 @@ impl Default for RunConfig {
     fn default() -> Self {
         RunConfig {
             agent: true,
-            local: "100%".into(),
-            server: None,
-            replicas: None,
+            options: Options::default(),
             embedded_servers: 1,
-            policy: "memliner".into(),
-            stats: None,
-            log: None,
-            handlers: None,
-            token_file: None,
-            dirty: None,
-            prefetch: None,
-            streams: None,
-            reclaim: None,
-            faults: None,
-            latency: None,
             gc_hooks: GcHooks::Auto,
             agent_env: None,
             transport: Transport::Tcp,
-            fallback: None,
         }
     }
 }
@@ -136,7 +118,7 @@ fn gc_hooks_flag(
              scripts/build-jdk.sh: target/jdk-memliner/bin/java)"
         )),
         GcHooks::On => Ok(Some("-XX:+MemLinerLineUp")),
-        GcHooks::Auto if patched && cfg.agent && cfg.policy == "memliner" => {
+        GcHooks::Auto if patched && cfg.agent && cfg.options.policy == Policy::MemLiner => {
             Ok(Some("-XX:+MemLinerLineUp"))
         }
         GcHooks::Auto => Ok(None),
@@ -169,59 +151,9 @@ impl RunOutcome {
     }
 }
 
-/// The agent's options for `cfg`, given the server to use: set key by key with the agent's
-/// own parser, so a bad value fails here with the agent's message, before a JVM starts.
-pub fn agent_options(
-    cfg: &RunConfig,
-    server: Option<&str>,
-    stats: &std::path::Path,
-) -> Result<Options, String> {
-    let mut o = Options::default();
-    let stats = stats.display().to_string();
-    let given = [
-        ("server", server),
-        ("local", Some(cfg.local.as_str())),
-        ("policy", Some(cfg.policy.as_str())),
-        ("stats", Some(stats.as_str())),
-        ("log", cfg.log.as_deref()),
-        (
-            "token_file",
-            cfg.token_file.as_deref().and_then(|p| p.to_str()),
-        ),
-        ("dirty", cfg.dirty.as_deref()),
-        ("streams", cfg.streams.as_deref()),
-        ("reclaim", cfg.reclaim.as_deref()),
-        ("faults", cfg.faults.as_deref()),
-        ("latency", cfg.latency.as_deref()),
-        ("fallback", cfg.fallback.as_deref()),
-    ];
-    for (key, value) in given {
-        if let Some(v) = value {
-            o.set(key, v)?;
-        }
-    }
-    if let Some(r) = cfg.replicas {
-        o.set("replicas", &r.to_string())?;
-    }
-    if let Some(h) = cfg.handlers {
-        o.set("handlers", &h.to_string())?;
-    }
-    if let Some(p) = cfg.prefetch {
-        o.set("prefetch", &p.to_string())?;
-    }
-    o.check()?;
-    Ok(o)
-}
-
-/// The `-agentpath:` argument for `cfg`, given the server to use.
-pub fn agent_arg(
-    agent: &std::path::Path,
-    cfg: &RunConfig,
-    server: Option<&str>,
-    stats: &std::path::Path,
-) -> Result<String, String> {
-    let o = agent_options(cfg, server, stats)?;
-    Ok(format!("-agentpath:{}={}", agent.display(), o.render()))
+/// The `-agentpath:` argument for `options`.
+pub fn agent_arg(agent: &std::path::Path, options: &Options) -> String {
+    format!("-agentpath:{}={}", agent.display(), options.render())
 }
 
 /// This machine's memory (`MemTotal`), 1 TiB if /proc/meminfo cannot tell.
@@ -279,23 +211,25 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
     let mut cmd = Command::new(program);
     if cfg.agent {
         let agent = crate::locate::agent()?;
-        let server = match (&cfg.server, cfg.policy.as_str()) {
-            (Some(s), _) => Some(s.clone()),
-            (None, "off") => None,
-            (None, _) => {
-                let mut urls = Vec::new();
-                for _ in 0..cfg.embedded_servers.max(1) {
-                    let h = embedded_server(cfg.transport)?;
-                    urls.push(match cfg.transport {
-                        Transport::Tcp => h.local_addr().to_string(),
-                        Transport::Fabric => format!("fabric://{}", h.local_addr()),
-                    });
-                    embedded.push(h);
-                }
-                Some(urls.join("+"))
+        let mut options = cfg.options.clone();
+        if !options.server_given && options.policy != Policy::Off {
+            let mut urls = Vec::new();
+            for _ in 0..cfg.embedded_servers.max(1) {
+                let h = embedded_server(cfg.transport)?;
+                urls.push(match cfg.transport {
+                    Transport::Tcp => format!("tcp://{}", h.local_addr()),
+                    Transport::Fabric => format!("fabric://{}", h.local_addr()),
+                });
+                embedded.push(h);
             }
-        };
-        if server.as_deref().is_some_and(|s| s.contains("fabric://"))
+            options
+                .set("server", &urls.join("+"))
+                .map_err(|e| e.to_string())?;
+        }
+        if options
+            .servers
+            .iter()
+            .any(|s| s.scheme == swap_backend::Scheme::Fabric)
             && std::env::var_os("FI_MR_CACHE_MONITOR").is_none()
         {
             // The agent registers a few long-lived buffers: libfabric's registration cache
@@ -303,7 +237,7 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
             // have no business inside a paged JVM.
             cmd.env("FI_MR_CACHE_MONITOR", "disabled");
         }
-        let stats = cfg.stats.clone().unwrap_or_else(|| {
+        let stats = options.stats.clone().map(PathBuf::from).unwrap_or_else(|| {
             // One name per launch: tests launch JVMs from several threads of one process (a
             // clock's reading is no tie-breaker: two runs sharing a file read each other's
             // stats, and one found none).
@@ -315,7 +249,11 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
             ))
         });
         let _ = std::fs::remove_file(&stats);
-        let arg = agent_arg(&agent, cfg, server.as_deref(), &stats)?;
+        options
+            .set("stats", &stats.display().to_string())
+            .map_err(|e| e.to_string())?;
+        options.check().map_err(|e| e.to_string())?;
+        let arg = agent_arg(&agent, &options);
         match &cfg.agent_env {
             Some(var) => {
                 cmd.env(var, arg);
@@ -364,7 +302,7 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
     });
     let stats = stats_path.as_ref().and_then(|p| {
         let text = std::fs::read_to_string(p).ok()?;
-        if cfg.stats.is_none() {
+        if cfg.options.stats.is_none() {
             let _ = std::fs::remove_file(p);
         }
         StatsDoc::parse(&text)

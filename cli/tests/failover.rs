@@ -229,18 +229,12 @@ fn start_jvm(
     servers: &[&Server],
     stats: std::path::PathBuf,
 ) -> std::thread::JoinHandle<RunOutcome> {
-    let cfg = RunConfig {
-        local: "25%".into(),
-        server: Some(
-            servers
-                .iter()
-                .map(|s| s.url())
-                .collect::<Vec<_>>()
-                .join("+"),
-        ),
-        stats: Some(stats),
-        ..RunConfig::default()
-    };
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let cfg = RunConfig::default()
+        .local(25)
+        .servers(&urls.join("+"))
+        .unwrap()
+        .with(|o| o.stats = Some(stats.display().to_string()));
     let cmd = command(w, gc);
     std::thread::spawn(move || launch(&cfg, &cmd, true).unwrap())
 }
@@ -366,12 +360,11 @@ fn soak() {
         });
         while Instant::now() < end {
             let gc = if runs % 2 == 0 { "G1" } else { "Shenandoah" };
-            let cfg = RunConfig {
-                local: "25%".into(),
-                server: Some(format!("{a_url}+{b_url}")),
-                stats: Some(temp("soak.json")),
-                ..RunConfig::default()
-            };
+            let cfg = RunConfig::default()
+                .local(25)
+                .servers(&format!("{a_url}+{b_url}"))
+                .unwrap()
+                .with(|o| o.stats = Some(temp("soak.json").display().to_string()));
             let out = launch(&cfg, &command(Workload::Kv, gc), true).unwrap();
             let r = check_run(
                 &out,
@@ -397,11 +390,10 @@ fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
     let up = Server::start();
     // Ports nothing listens on.
     let (dead, dead_too) = (free_addr(), free_addr());
-    let cfg = RunConfig {
-        local: "25%".into(),
-        server: Some(format!("{}+tcp://{dead}", up.url())),
-        ..RunConfig::default()
-    };
+    let cfg = RunConfig::default()
+        .local(25)
+        .servers(&format!("{}+tcp://{dead}", up.url()))
+        .unwrap();
     let out = launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap();
     assert!(
         out.stderr.contains(&format!(
@@ -415,10 +407,9 @@ fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
     let r = check_run(&out, Workload::Kv, "one server down at start");
     assert!(r.servers[0].up && !r.servers[1].up, "{r:?}");
     // Both down: the JVM does not start, and says why for each.
-    let cfg = RunConfig {
-        server: Some(format!("tcp://{dead}+tcp://{dead_too}")),
-        ..cfg
-    };
+    let cfg = cfg
+        .servers(&format!("tcp://{dead}+tcp://{dead_too}"))
+        .unwrap();
     let out = launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap();
     assert!(!out.status.success());
     assert!(out.stderr.contains("Connection refused"), "{}", out.stderr);
@@ -450,11 +441,10 @@ fn metrics_are_scraped_while_a_jvm_pages() {
         assert!(Instant::now() < deadline, "no metrics listener");
         std::thread::yield_now();
     }
-    let cfg = RunConfig {
-        local: "25%".into(),
-        server: Some(format!("tcp://{listen}")),
-        ..RunConfig::default()
-    };
+    let cfg = RunConfig::default()
+        .local(25)
+        .servers(&format!("tcp://{listen}"))
+        .unwrap();
     let cmd = command(Workload::Kv, "G1");
     let jvm = std::thread::spawn(move || launch(&cfg, &cmd, true).unwrap());
     // While it runs, its namespace shows pages held and traffic.

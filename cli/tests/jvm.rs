@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use memliner_agent::model::{Discovery, FaultDelivery};
-use memliner_agent::options::Policy;
+use memliner_agent::options::{Dirty, Policy};
 use memliner_agent::stats::doc::StatsDoc;
 use memliner_cli::run::{launch, GcHooks, RunConfig, RunOutcome, Transport};
 use memliner_cli::workloads::{self, Workload};
@@ -124,21 +124,14 @@ fn cell_on(
     base: RunConfig,
     jvm_flags: &[&str],
 ) -> StatsDoc {
+    let cfg = base.local(local);
     let what = format!(
-        "{java} {} {gc} {local}% {} {:?} {:?} {:?} {:?} {:?}",
+        "{java} {} {gc} [{}] {:?} {:?}",
         w.name(),
-        base.policy,
-        base.handlers,
-        base.dirty,
-        base.faults,
-        base.gc_hooks,
-        base.transport
+        cfg.options.render(),
+        cfg.gc_hooks,
+        cfg.transport
     );
-    let policy = base.policy.clone();
-    let cfg = RunConfig {
-        local: format!("{local}%"),
-        ..base
-    };
     let mut cmd = command_for(java, w, gc, HEAP);
     cmd.splice(2..2, jvm_flags.iter().map(|f| f.to_string()));
     let out = launch(&cfg, &cmd, true).unwrap();
@@ -171,11 +164,7 @@ fn cell_on(
         "{what}: the kernel sees {} resident pages, budget {budget}",
         pager.resident_pages_mincore
     );
-    assert_eq!(
-        pager.delivery.name(),
-        cfg.faults.as_deref().unwrap_or("signal"),
-        "{what}: fault delivery"
-    );
+    assert_eq!(pager.delivery, cfg.options.faults, "{what}: fault delivery");
     if pager.delivery == FaultDelivery::Signal && local < 100 {
         assert!(pager.signal_faults > 0, "{what}: no fault served by signal");
     }
@@ -227,7 +216,7 @@ fn cell_on(
         );
         assert!(pager.remote.pages_written > 0, "{what}");
     }
-    assert_eq!(s.policy.name(), policy, "{what}");
+    assert_eq!(s.policy, cfg.options.policy, "{what}");
     // Prefetching: every window maps at least its marker; each marker resolves once at most.
     let pf = &s.prefetch.as_ref().unwrap().all;
     assert!(pf.pages >= pf.windows, "{what}: {pf:?}");
@@ -241,7 +230,7 @@ fn cell_on(
     );
     let gc_remote = faults.by_class.gc.remote + faults.by_class.gc_concurrent.remote;
     let cold = pager.cold.evicted;
-    if policy == "baseline" {
+    if cfg.options.policy == Policy::Baseline {
         assert_eq!(cold, 0, "{what}: baseline has no cold queue");
     } else if local < 100 && gc_remote > 1000 {
         assert!(
@@ -269,10 +258,7 @@ fn baseline_cell(w: Workload, gc: &str, local: u32) {
         w,
         gc,
         local,
-        RunConfig {
-            policy: "baseline".into(),
-            ..RunConfig::default()
-        },
+        RunConfig::default().with(|o| o.policy = Policy::Baseline),
     )
 }
 
@@ -335,20 +321,16 @@ cells!(fabric_cell {
 
 #[test]
 fn two_handler_threads() {
-    let cfg = RunConfig {
-        handlers: Some(2),
-        faults: Some("thread".into()),
-        ..RunConfig::default()
-    };
+    let cfg = RunConfig::default().with(|o| {
+        o.handlers = 2;
+        o.faults = FaultDelivery::Thread;
+    });
     cell_with(Workload::Graph, "G1", 25, cfg);
 }
 
 /// Faults delivered to handler threads (`faults=thread`) instead of served by signal.
 fn thread_faults_cell(w: Workload, gc: &str, local: u32) {
-    let cfg = RunConfig {
-        faults: Some("thread".into()),
-        ..RunConfig::default()
-    };
+    let cfg = RunConfig::default().with(|o| o.faults = FaultDelivery::Thread);
     cell_with(w, gc, local, cfg);
 }
 
@@ -377,31 +359,31 @@ fn a_sigbus_outside_the_heap_still_reaches_the_jvm() {
     let want = workloads::field(&result_of(&plain.stdout), "checksum")
         .unwrap()
         .to_string();
-    for faults in ["signal", "thread"] {
-        let cfg = RunConfig {
-            local: "25%".into(),
-            faults: Some(faults.into()),
-            ..RunConfig::default()
-        };
+    for faults in [FaultDelivery::Signal, FaultDelivery::Thread] {
+        let cfg = RunConfig::default().local(25).with(|o| o.faults = faults);
         let out = launch(&cfg, &cmd, true).unwrap();
-        assert!(out.status.success(), "{faults}: {}", out.stderr);
+        assert!(out.status.success(), "{faults:?}: {}", out.stderr);
         let r = result_of(&out.stdout);
         assert_eq!(
             workloads::field(&r, "outcome"),
             Some("internal-error"),
-            "{faults}: {r:?}"
+            "{faults:?}: {r:?}"
         );
-        assert_eq!(workloads::field(&r, "heap"), Some("ok"), "{faults}: {r:?}");
+        assert_eq!(
+            workloads::field(&r, "heap"),
+            Some("ok"),
+            "{faults:?}: {r:?}"
+        );
         assert_eq!(
             workloads::field(&r, "checksum"),
             Some(want.as_str()),
-            "{faults}: {r:?}"
+            "{faults:?}: {r:?}"
         );
         let s = out.stats.as_ref().unwrap();
         let pager = s.pager.as_ref().unwrap();
-        assert_eq!(pager.delivery.name(), faults);
-        assert!(s.faults.remote > 0, "{faults}: the heap did not page");
-        if faults == "signal" {
+        assert_eq!(pager.delivery, faults);
+        assert!(s.faults.remote > 0, "{faults:?}: the heap did not page");
+        if faults == FaultDelivery::Signal {
             assert!(pager.signal_faults > 0);
         }
     }
@@ -413,20 +395,14 @@ fn result_of(stdout: &str) -> Vec<(String, String)> {
 
 #[test]
 fn without_dirty_tracking() {
-    let cfg = RunConfig {
-        dirty: Some("assume".into()),
-        ..RunConfig::default()
-    };
+    let cfg = RunConfig::default().with(|o| o.dirty = Dirty::Assume);
     cell_with(Workload::Kv, "Parallel", 25, cfg);
 }
 
 #[test]
 fn heap_that_grows_and_shrinks_is_followed() {
     for gc in ["G1", "Shenandoah"] {
-        let cfg = RunConfig {
-            local: "25%".into(),
-            ..RunConfig::default()
-        };
+        let cfg = RunConfig::default().local(25);
         let out = launch(&cfg, &command(Workload::Graph, gc, "8m"), true).unwrap();
         assert_eq!(
             checked_result(&out, gc),
@@ -471,15 +447,7 @@ fn jdk25_runs_paged_when_installed() {
     };
     let mut cmd = command(Workload::Graph, "G1", HEAP);
     cmd[0] = home.join("bin/java").display().to_string();
-    let out = launch(
-        &RunConfig {
-            local: "25%".into(),
-            ..RunConfig::default()
-        },
-        &cmd,
-        true,
-    )
-    .unwrap();
+    let out = launch(&RunConfig::default().local(25), &cmd, true).unwrap();
     assert_eq!(checked_result(&out, "jdk25"), reference(Workload::Graph));
     let s = out.stats.unwrap();
     assert_eq!(s.heap.unwrap().discovery, Discovery::VmStructs);
@@ -1290,10 +1258,7 @@ fn run_check(
     cmd.extend(jvm);
     cmd.extend(["-cp", &classes, &class]);
     cmd.extend(args);
-    let cfg = RunConfig {
-        local: local.into(),
-        ..RunConfig::default()
-    };
+    let cfg = RunConfig::default().with(|o| o.set("local", local).unwrap());
     let cmd: Vec<String> = cmd.into_iter().map(String::from).collect();
     let out = launch(&cfg, &cmd, true).unwrap();
     checked_result(&out, what);

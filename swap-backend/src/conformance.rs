@@ -1,7 +1,9 @@
 //! The behaviour every [`PageStore`] transport must show, as plain functions that panic on a
 //! violation. Each transport's tests call [`run_all`] on a fresh, empty store with room for at
 //! least [`MIN_CAPACITY_PAGES`] pages (`local`, `tcp`, `fabric`), and the remote ones also
-//! [`server_loss_is_an_error`] and [`server_restart_serves_no_stale_bytes`].
+//! [`server_loss_is_an_error`], [`server_restart_serves_no_stale_bytes`],
+//! [`namespaces_are_isolated_and_freed_with_their_client`] and
+//! [`capacity_is_enforced_with_a_clear_error`].
 
 use crate::protocol::{MAX_BATCH, PAGE_SIZE};
 use crate::store::PageStore;
@@ -170,6 +172,84 @@ pub fn replicas_survive_a_restart_then_a_loss(
     let s = store.stats();
     assert_eq!((s.pages_lost, s.servers[0].rejoins), (0, 1), "{s:?}");
     assert!(s.servers[0].pages >= ids.len() as u64, "{s:?}");
+}
+
+/// Two clients of one server, `a` and `b` (namespaces of their own, nothing stored yet), see
+/// only their own pages; once `a` is dropped the server forgets its namespace and what it held,
+/// and `b`'s pages stay as they were while new ones take the room `a` left. `server_stats`
+/// asks the server for its counters (through `b`).
+pub fn namespaces_are_isolated_and_freed_with_their_client<A: PageStore>(
+    a: A,
+    b: &dyn PageStore,
+    server_stats: impl Fn() -> crate::protocol::ServerStats,
+) {
+    a.write_pages(&[1], &pattern(1, 1)).unwrap();
+    b.write_pages(&[1], &pattern(1, 2)).unwrap();
+    let mut out = vec![0u8; PAGE_SIZE];
+    a.read_pages(&[1], &mut out).unwrap();
+    assert_eq!(out, pattern(1, 1), "{}: a reads its own page", a.describe());
+    b.read_pages(&[1], &mut out).unwrap();
+    assert_eq!(out, pattern(1, 2), "{}: b reads its own page", b.describe());
+    let before = server_stats();
+    assert_eq!(before.namespaces, 2, "{before:?}");
+    assert!(before.pages_stored >= 2, "each holds its page: {before:?}");
+    drop(a);
+    // The server frees a's namespace when it sees the close; poll its counters through b.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let now = server_stats();
+        if now.namespaces == 1 && now.pages_stored < before.pages_stored {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: namespace a never freed: {now:?}",
+            b.describe()
+        );
+        std::thread::yield_now();
+    }
+    let ids: Vec<u64> = (100..400).collect();
+    b.write_pages(&ids, &pages(&ids, 3)).unwrap();
+    let mut back = vec![0u8; ids.len() * PAGE_SIZE];
+    b.read_pages(&ids, &mut back).unwrap();
+    assert!(
+        back == pages(&ids, 3),
+        "{}: new pages mixed up",
+        b.describe()
+    );
+    b.read_pages(&[1], &mut out).unwrap();
+    assert_eq!(out, pattern(1, 2), "{}: b's page changed", b.describe());
+}
+
+/// A server holding `capacity` pages (`store` its only client, nothing stored yet) refuses
+/// the next one with an error naming the server and its capacity, takes overwrites, and takes
+/// a page again once one is freed.
+pub fn capacity_is_enforced_with_a_clear_error(store: &dyn PageStore, capacity: u64) {
+    let ids: Vec<u64> = (0..capacity).collect();
+    store.write_pages(&ids, &pages(&ids, 0)).unwrap();
+    let few = &ids[..ids.len().min(4)];
+    store.write_pages(few, &pages(few, 1)).unwrap(); // overwrites need no room
+    let err = store
+        .write_pages(&[capacity], &pattern(capacity, 0))
+        .unwrap_err();
+    assert!(crate::tcp::is_capacity_error(&err), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("capacity of {capacity} pages")),
+        "{text}"
+    );
+    assert!(text.contains(&store.describe()), "{text}");
+    store.free_pages(&[1]).unwrap();
+    store
+        .write_pages(&[capacity], &pattern(capacity, 0))
+        .unwrap();
+    let mut out = vec![0u8; PAGE_SIZE];
+    store.read_pages(&[capacity], &mut out).unwrap();
+    assert_eq!(out, pattern(capacity, 0));
+    assert!(
+        store.read_pages(&[1], &mut out).is_err(),
+        "a freed page read back"
+    );
 }
 
 pub fn write_then_read_back(store: &dyn PageStore) {

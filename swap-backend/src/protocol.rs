@@ -47,7 +47,7 @@ pub const MAX_BATCH: usize = 256;
 pub const MAX_PAYLOAD: usize = 4 + MAX_BATCH * (8 + PAGE_SIZE) + 4096;
 
 /// Frame operation codes. Replies have the high bit set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::FromRepr)]
 #[repr(u8)]
 pub enum Op {
     Hello = 0x01,
@@ -67,32 +67,6 @@ pub enum Op {
     AllocOk = 0x87,
     ReleaseOk = 0x88,
     Error = 0xFF,
-}
-
-impl Op {
-    /// Decodes an op byte; `None` for codes this version does not know.
-    pub fn from_u8(v: u8) -> Option<Op> {
-        Some(match v {
-            0x01 => Op::Hello,
-            0x02 => Op::Read,
-            0x03 => Op::Write,
-            0x04 => Op::Free,
-            0x05 => Op::Stats,
-            0x06 => Op::Attach,
-            0x07 => Op::Alloc,
-            0x08 => Op::Release,
-            0x81 => Op::HelloOk,
-            0x82 => Op::ReadOk,
-            0x83 => Op::WriteOk,
-            0x84 => Op::FreeOk,
-            0x85 => Op::StatsOk,
-            0x86 => Op::AttachOk,
-            0x87 => Op::AllocOk,
-            0x88 => Op::ReleaseOk,
-            0xFF => Op::Error,
-            _ => return None,
-        })
-    }
 }
 
 /// Error codes carried by `Error` frames.
@@ -156,7 +130,7 @@ impl Header {
                 b[4]
             )));
         }
-        let op = Op::from_u8(b[5])
+        let op = Op::from_repr(b[5])
             .ok_or_else(|| FrameError::Malformed(format!("unknown op {:#04x}", b[5])))?;
         let len = u32::from_le_bytes(b[16..20].try_into().unwrap());
         if len as usize > MAX_PAYLOAD {

@@ -4,7 +4,7 @@
 //! out-of-bounds addresses, which the client cannot produce through `PageStore`, are tested
 //! inside the crate, in `fabric::client`.)
 
-use swap_backend::conformance::{self, pattern, MIN_CAPACITY_PAGES};
+use swap_backend::conformance::{self, MIN_CAPACITY_PAGES};
 use swap_backend::fabric::FabricStore;
 use swap_backend::server::{self, ServerConfig, ServerHandle};
 use swap_backend::{ClientOptions, Member, PageStore, ReplicatedStore, PAGE_SIZE};
@@ -60,58 +60,19 @@ fn clients_hold_their_own_slots_and_the_server_frees_them_with_the_control_chann
     let Some(s) = start(MIN_CAPACITY_PAGES) else {
         return;
     };
-    let (a, b) = (client(&s, "a"), client(&s, "b"));
-    a.write_pages(&[1], &pattern(1, 1)).unwrap();
-    b.write_pages(&[1], &pattern(1, 2)).unwrap();
-    let mut out = vec![0u8; PAGE_SIZE];
-    a.read_pages(&[1], &mut out).unwrap();
-    assert_eq!(out, pattern(1, 1));
-    b.read_pages(&[1], &mut out).unwrap();
-    assert_eq!(out, pattern(1, 2));
-    let held = b.server_stats().unwrap().pages_stored;
-    assert!(held >= 2, "each client holds slots: {held}");
-    drop(a);
-    // The server frees a's slots when its control channel closes; poll its count through b.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while b.server_stats().unwrap().namespaces != 1 {
-        assert!(std::time::Instant::now() < deadline, "a never detached");
-        std::thread::yield_now();
-    }
-    assert!(b.server_stats().unwrap().pages_stored < held);
-    // b is untouched, and its next pages may reuse a's slots (zeroed) without mixing them up.
-    let ids: Vec<u64> = (100..400).collect();
-    let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 3)).collect();
-    b.write_pages(&ids, &data).unwrap();
-    let mut back = vec![0u8; data.len()];
-    b.read_pages(&ids, &mut back).unwrap();
-    assert!(back == data);
-    b.read_pages(&[1], &mut out).unwrap();
-    assert_eq!(out, pattern(1, 2));
+    let b = client(&s, "b");
+    conformance::namespaces_are_isolated_and_freed_with_their_client(client(&s, "a"), &b, || {
+        b.server_stats().unwrap()
+    });
 }
 
 #[test]
 fn capacity_is_enforced_with_a_clear_error_and_freed_slots_are_reused() {
+    // Slots are granted in chunks: a capacity of a few pages would be all in one.
     let Some(s) = start(300) else {
         return;
     };
-    let c = client(&s, "a");
-    let ids: Vec<u64> = (0..300).collect();
-    let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 0)).collect();
-    c.write_pages(&ids, &data).unwrap();
-    c.write_pages(&ids[..10], &data[..10 * PAGE_SIZE]).unwrap(); // overwrites need no room
-    let err = c.write_pages(&[300], &pattern(300, 0)).unwrap_err();
-    assert!(swap_backend::tcp::is_capacity_error(&err), "{err}");
-    assert!(err.to_string().contains("capacity of 300 pages"), "{err}");
-    assert!(err.to_string().contains("fabric://"), "{err}");
-    c.free_pages(&[5]).unwrap();
-    c.write_pages(&[300], &pattern(300, 0)).unwrap();
-    let mut out = vec![0u8; PAGE_SIZE];
-    c.read_pages(&[300], &mut out).unwrap();
-    assert_eq!(out, pattern(300, 0));
-    assert!(
-        c.read_pages(&[5], &mut out).is_err(),
-        "a freed page read back"
-    );
+    conformance::capacity_is_enforced_with_a_clear_error(&client(&s, "a"), 300);
 }
 
 #[test]

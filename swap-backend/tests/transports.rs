@@ -107,47 +107,18 @@ fn pages_striped_over_two_servers_conform_and_spread() {
 #[test]
 fn namespaces_are_isolated_and_freed_with_their_last_connection() {
     let s = start(MIN_CAPACITY_PAGES, None);
-    let a = client(&s, "a", "");
     let b = client(&s, "b", "");
-    a.write_pages(&[1], &pattern(1, 1)).unwrap();
-    b.write_pages(&[1], &pattern(1, 2)).unwrap();
-    let mut out = vec![0u8; PAGE_SIZE];
-    a.read_pages(&[1], &mut out).unwrap();
-    assert_eq!(out, pattern(1, 1));
-    b.read_pages(&[1], &mut out).unwrap();
-    assert_eq!(out, pattern(1, 2));
-    assert_eq!(b.server_stats().unwrap().namespaces, 2);
-    drop(a);
-    // The server frees a's page when it sees the close; poll its counter through b.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while b.server_stats().unwrap().pages_stored != 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "namespace a never freed"
-        );
-        std::thread::yield_now();
-    }
-    assert_eq!(b.server_stats().unwrap().namespaces, 1);
+    conformance::namespaces_are_isolated_and_freed_with_their_client(
+        client(&s, "a", ""),
+        &b,
+        || b.server_stats().unwrap(),
+    );
 }
 
 #[test]
 fn capacity_is_enforced_with_a_clear_error() {
     let s = start(4, None);
-    let c = client(&s, "a", "");
-    let ids = [1u64, 2, 3, 4];
-    let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 0)).collect();
-    c.write_pages(&ids, &data).unwrap();
-    // Overwrites need no new room.
-    c.write_pages(&ids, &data).unwrap();
-    let err = c.write_pages(&[5], &pattern(5, 0)).unwrap_err();
-    assert!(swap_backend::tcp::is_capacity_error(&err), "{err}");
-    assert!(err.to_string().contains("capacity of 4 pages"), "{err}");
-    assert!(
-        err.to_string().contains(&s.local_addr().to_string()),
-        "{err}"
-    );
-    c.free_pages(&[1]).unwrap();
-    c.write_pages(&[5], &pattern(5, 0)).unwrap();
+    conformance::capacity_is_enforced_with_a_clear_error(&client(&s, "a", ""), 4);
 }
 
 #[test]

@@ -7,8 +7,20 @@ use crate::model::FaultDelivery;
 use crate::policy::PagingPolicy;
 
 /// How the reclaimer chooses victims (`lru`, `fifo` in options and stats).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantNames,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Replacement {
     /// The kernel's two lists with working-set detection and references sampled by unmapping
     /// (see `reclaim::lists`).
@@ -20,10 +32,7 @@ pub enum Replacement {
 
 impl Replacement {
     pub fn name(self) -> &'static str {
-        match self {
-            Replacement::Lru => "lru",
-            Replacement::Fifo => "fifo",
-        }
+        self.into()
     }
 }
 

@@ -88,29 +88,23 @@ impl Latencies {
 }
 
 /// The agent's own threads, for their CPU time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::VariantArray, strum::IntoStaticStr)]
 pub enum Role {
+    #[strum(serialize = "fault_handlers")]
     FaultHandler,
+    #[strum(serialize = "reclaimer")]
     Reclaimer,
+    #[strum(serialize = "prefetch")]
     Prefetcher,
+    #[strum(serialize = "probe")]
     Probe,
 }
 
 impl Role {
-    pub const ALL: [Role; 4] = [
-        Role::FaultHandler,
-        Role::Reclaimer,
-        Role::Prefetcher,
-        Role::Probe,
-    ];
+    pub const ALL: &'static [Role] = <Role as strum::VariantArray>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            Role::FaultHandler => "fault_handlers",
-            Role::Reclaimer => "reclaimer",
-            Role::Prefetcher => "prefetch",
-            Role::Probe => "probe",
-        }
+        self.into()
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 /// What the pager knows of one heap page.
 #[repr(u8)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::FromRepr)]
 pub enum PageState {
     /// Never touched, or all zeros when last evicted: a touch zero-fills it locally.
     Untouched = 0,
@@ -34,20 +34,9 @@ pub enum PageState {
 }
 
 impl PageState {
+    /// The state a table byte holds: only ever written from a `PageState`.
     fn from_u8(v: u8) -> PageState {
-        match v {
-            0 => PageState::Untouched,
-            1 => PageState::Remote,
-            2 => PageState::CleanZero,
-            3 => PageState::Clean,
-            4 => PageState::Dirty,
-            5 => PageState::Busy,
-            6 => PageState::Cached,
-            7 => PageState::InactiveClean,
-            8 => PageState::InactiveDirty,
-            9 => PageState::Writeback,
-            _ => unreachable!("page state {v}"),
-        }
+        PageState::from_repr(v).unwrap_or_else(|| unreachable!("page state {v}"))
     }
 
     /// Mapped in the heap: touching it costs no fault.

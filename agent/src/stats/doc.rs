@@ -381,7 +381,10 @@ impl<T> ByClass<T> {
 
     /// (class, value) in `ThreadClass::ALL` order.
     pub fn iter(&self) -> impl Iterator<Item = (ThreadClass, &T)> {
-        ThreadClass::ALL.into_iter().map(move |c| (c, self.get(c)))
+        ThreadClass::ALL
+            .iter()
+            .copied()
+            .map(move |c| (c, self.get(c)))
     }
 }
 
@@ -628,7 +631,7 @@ mod tests {
         assert_eq!(StatsDoc::parse(&text).unwrap(), doc);
         // Class names as the thread classes name themselves.
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        for c in ThreadClass::ALL {
+        for &c in ThreadClass::ALL {
             assert!(
                 v["faults"]["by_class"][c.name()].is_object(),
                 "{}",

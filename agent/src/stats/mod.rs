@@ -119,7 +119,7 @@ fn faults_doc(pager: Option<&Pager>) -> FaultsDoc {
     let mut totals = ClassFaults::default();
     let (mut gc_remote, mut gc_total) = (0, 0);
     if let Some(p) = pager {
-        for class in ThreadClass::ALL {
+        for &class in ThreadClass::ALL {
             let n = |k: FaultKind| ld(&p.counters().faults[class as usize][k as usize]);
             let c = ClassFaults {
                 zero: n(FaultKind::Zero),
@@ -329,7 +329,7 @@ fn prefetch_doc(p: &Pager) -> Option<PrefetchDoc> {
     let mut by_class = ByClass::<PrefetchClassDoc>::default();
     let sum = crate::prefetch::ClassCounters::default();
     let mut demand_all = 0;
-    for class in ThreadClass::ALL {
+    for &class in ThreadClass::ALL {
         let c = &pc.by_class[class as usize];
         let demand = ld(&p.counters().faults[class as usize][FaultKind::Remote as usize]);
         demand_all += demand;

@@ -28,6 +28,18 @@ pub fn delivery() -> FaultDelivery {
     }
 }
 
+/// The tests' pager: `budget_pages` resident, evictions in batches of 8 and, under
+/// `reclaim=lru`, a sampling window of 32 pages whatever its measured worth (tests need pages
+/// sampled); the rest as the agent runs it.
+pub fn config(budget_pages: usize) -> PagerConfig {
+    PagerConfig {
+        budget_pages,
+        evict_batch: 8,
+        window: memliner_agent::pager::Window::Fixed(32),
+        ..PagerConfig::default()
+    }
+}
+
 /// Starts a pager over the whole region.
 pub fn start_pager(
     region: &Region,

@@ -26,6 +26,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::run::{launch, RunConfig};
 use crate::workloads::{self, Workload};
+use memliner_agent::options::{Budget, Dirty, FaultDelivery, Policy, Reclaim, Streams};
 use memliner_agent::stats::doc::StatsDoc;
 
 /// Local memory ratios of the matrix, in percent of the heap.
@@ -584,12 +585,12 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
             }
             _ => {
                 let mut rc = run_config(p, spark_env.is_some());
-                if rc.agent {
-                    rc.latency = cfg.emulate_latency.clone();
+                if let (true, Some(l)) = (rc.agent, &cfg.emulate_latency) {
+                    rc.options.set("latency", l).map_err(|e| e.to_string())?;
                 }
                 if p.mode == Mode::MemlinerKernelHeap {
                     if let Some(heap) = records.iter().find_map(|r| kernel_heap_of(r, p)) {
-                        rc.local = format!("{}k", heap as u64 / 1024);
+                        rc.options.budget = Budget::Bytes(heap as u64 / 1024 * 1024);
                     }
                 }
                 let executors_dir = executors_stats_dir(p, &mut rc);
@@ -749,7 +750,7 @@ fn executors_stats_dir(p: &Planned, rc: &mut RunConfig) -> Option<PathBuf> {
     }
     let dir = std::env::temp_dir().join(format!("memliner-bench-executors-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    rc.stats = Some(PathBuf::from(format!("{}/", dir.display())));
+    rc.options.stats = Some(format!("{}/", dir.display()));
     Some(dir)
 }
 
@@ -829,43 +830,28 @@ fn skipped(p: &Planned, why: &str) -> Record {
 
 fn run_config(p: &Planned, spark: bool) -> RunConfig {
     let base = RunConfig {
-        local: format!("{}%", p.local),
         agent_env: match p.workload {
             BenchWorkload::Spark(..) if spark => Some(spark::AGENT_ENV.into()),
             _ => None,
         },
         ..RunConfig::default()
-    };
+    }
+    .local(p.local);
     match p.mode {
         Mode::NoAgent | Mode::Kernel | Mode::KernelCalibrate => RunConfig {
             agent: false,
             ..base
         },
-        Mode::Baseline => RunConfig {
-            policy: "baseline".into(),
-            ..base
-        },
-        Mode::BaselineAssume => RunConfig {
-            policy: "baseline".into(),
-            dirty: Some("assume".into()),
-            ..base
-        },
-        Mode::MemlinerClassStreams => RunConfig {
-            streams: Some("class".into()),
-            ..base
-        },
-        Mode::MemlinerFifo => RunConfig {
-            reclaim: Some("fifo".into()),
-            ..base
-        },
-        Mode::MemlinerInProcess => RunConfig {
-            server: Some("local".into()),
-            ..base
-        },
-        Mode::MemlinerThreadFaults => RunConfig {
-            faults: Some("thread".into()),
-            ..base
-        },
+        Mode::Baseline => base.with(|o| o.policy = Policy::Baseline),
+        Mode::BaselineAssume => base.with(|o| {
+            o.policy = Policy::Baseline;
+            o.dirty = Dirty::Assume;
+        }),
+        Mode::MemlinerClassStreams => base.with(|o| o.streams = Streams::Class),
+        Mode::MemlinerFifo => base.with(|o| o.reclaim = Reclaim::Fifo),
+        // `server=local`: pages in the JVM's own memory.
+        Mode::MemlinerInProcess => base.with(|o| o.server_given = true),
+        Mode::MemlinerThreadFaults => base.with(|o| o.faults = FaultDelivery::Thread),
         Mode::MemlinerGcHooks => RunConfig {
             gc_hooks: crate::run::GcHooks::On,
             ..base

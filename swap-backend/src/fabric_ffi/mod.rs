@@ -40,9 +40,10 @@ pub const API_VERSION: u32 = (1 << 16) | 17;
 pub const FI_MSG: u64 = 1 << 1;
 pub const FI_RMA: u64 = 1 << 2;
 
-/// `enum fi_ep_type`.
+/// `enum fi_ep_type`, named as libfabric's headers name it.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::FromRepr, strum::IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE", prefix = "FI_EP_")]
 #[allow(dead_code)] // variants are written by the library
 pub enum EpType {
     Unspec = 0,
@@ -54,15 +55,13 @@ pub enum EpType {
 }
 
 impl EpType {
+    /// The name of a raw `fi_ep_type` (`FI_EP_UNSPEC` for codes this module does not know).
     fn name(raw: c_int) -> &'static str {
-        match raw {
-            1 => "FI_EP_MSG",
-            2 => "FI_EP_DGRAM",
-            3 => "FI_EP_RDM",
-            4 => "FI_EP_SOCK_STREAM",
-            5 => "FI_EP_SOCK_DGRAM",
-            _ => "FI_EP_UNSPEC",
-        }
+        u8::try_from(raw)
+            .ok()
+            .and_then(|r| EpType::from_repr(r as _))
+            .unwrap_or(EpType::Unspec)
+            .into()
     }
 }
 
@@ -402,6 +401,14 @@ impl std::fmt::Debug for Info {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoint_types_are_named_as_the_headers_name_them() {
+        assert_eq!(EpType::name(1), "FI_EP_MSG");
+        assert_eq!(EpType::name(4), "FI_EP_SOCK_STREAM");
+        assert_eq!(EpType::name(-1), "FI_EP_UNSPEC");
+        assert_eq!(EpType::name(99), "FI_EP_UNSPEC");
+    }
 
     extern "C" fn intruder(_: c_int) {}
 

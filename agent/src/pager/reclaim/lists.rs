@@ -57,7 +57,7 @@ use std::fmt;
 const NIL: u32 = u32::MAX;
 
 /// Which list a page is on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::FromRepr)]
 #[repr(u8)]
 pub enum List {
     None = 0,
@@ -70,16 +70,6 @@ pub enum List {
 impl List {
     fn index(self) -> usize {
         self as usize - 1
-    }
-
-    fn from_u8(v: u8) -> List {
-        match v {
-            1 => List::Cold,
-            2 => List::Probation,
-            3 => List::Active,
-            4 => List::Inactive,
-            _ => List::None,
-        }
     }
 }
 
@@ -245,7 +235,7 @@ impl Lists {
     }
 
     pub fn list_of(&self, p: usize) -> List {
-        List::from_u8(self.on[p])
+        List::from_repr(self.on[p]).expect("a list's own byte")
     }
 
     /// Whether probation + inactive are short of their share next to the active list.
