@@ -252,6 +252,31 @@ fn text(value: &str) -> Result<Option<String>, String> {
     }
 }
 
+/// A label value: not empty, without the option string's separator.
+fn label_text(value: &str) -> Result<Option<String>, String> {
+    if value.is_empty() || value.contains(',') {
+        Err("expected a name without a ','".into())
+    } else {
+        Ok(Some(value.to_string()))
+    }
+}
+
+/// `metrics=`'s address: `HOST:PORT` (an IP address, or `localhost`), or a bare port on
+/// loopback.
+fn metrics_addr(value: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{Ipv4Addr, SocketAddr};
+    let expected =
+        || "expected HOST:PORT (an IP address) or a port, 0 for any free one".to_string();
+    if let Ok(port) = value.parse::<u16>() {
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    }
+    if let Some(port) = value.strip_prefix("localhost:") {
+        let port = port.parse::<u16>().map_err(|_| expected())?;
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    }
+    value.parse().map_err(|_| expected())
+}
+
 /// Every agent option, in the order the README and `memliner run --help` list them.
 pub static OPTIONS: &[OptionSpec] = &[
     OptionSpec {
@@ -453,6 +478,50 @@ pub static OPTIONS: &[OptionSpec] = &[
         get: |o| named(o.fallback, Options::default().fallback),
     },
     OptionSpec {
+        key: "metrics",
+        flag: flag("metrics", "ADDR"),
+        values: "serve the JVM's figures at `http://ADDR/metrics` in the Prometheus text format while it runs: `HOST:PORT`, or a bare `PORT` on loopback; port `0` takes a free one (the agent says which on stderr, and writes it to the `metrics_file`). A busy port is one line on stderr and the JVM runs without; a scrape reads counters and takes no lock a fault takes",
+        default: "off",
+        set: |o, v| {
+            o.metrics = Some(metrics_addr(v)?);
+            Ok(())
+        },
+        get: |o| o.metrics.map(|a| a.to_string()),
+    },
+    OptionSpec {
+        key: "metrics_file",
+        flag: flag("metrics-file", "PATH"),
+        values: "where the agent writes its metrics address, as a Prometheus file-based discovery target (`[{\"targets\": [\"HOST:PORT\"], \"labels\": {...}}]`), removed at exit; `%p`, `%h` and a directory ending in `/` as for `stats` (a job's executors each write `memliner-HOST-PID.metrics.json` there); `memliner stats PID --every` and `memliner top` find JVMs' metrics through it",
+        default: "`memliner-HOST-PID.metrics.json` in the JVM's `TMPDIR`, else /tmp",
+        set: |o, v| {
+            o.metrics_file = text(v)?;
+            Ok(())
+        },
+        get: |o| o.metrics_file.clone(),
+    },
+    OptionSpec {
+        key: "job",
+        flag: flag("job", "NAME"),
+        values: "a `job` label on every metric of this JVM (and in its `metrics_file`)",
+        default: "none",
+        set: |o, v| {
+            o.job = label_text(v)?;
+            Ok(())
+        },
+        get: |o| o.job.clone(),
+    },
+    OptionSpec {
+        key: "instance",
+        flag: flag("instance", "NAME"),
+        values: "an `instance` label on every metric of this JVM (and in its `metrics_file`)",
+        default: "none",
+        set: |o, v| {
+            o.instance = label_text(v)?;
+            Ok(())
+        },
+        get: |o| o.instance.clone(),
+    },
+    OptionSpec {
         key: "probe",
         flag: None,
         values: "interval in ms of the latency probe (one remote fault timed as the faulting thread sees it), `0` turns it off",
@@ -546,6 +615,14 @@ pub struct Options {
     pub faults: FaultDelivery,
     /// Every store request takes at least this long (emulation, for planning).
     pub latency: Option<std::time::Duration>,
+    /// Where to serve `/metrics` (`HOST:PORT`, port 0: any free one).
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Where to write the metrics target file (a template, as `stats`); `None`: the JVM's
+    /// temporary directory (see [`metrics_path`]).
+    pub metrics_file: Option<String>,
+    /// `job` and `instance` labels for every metric, if given.
+    pub job: Option<String>,
+    pub instance: Option<String>,
 }
 
 impl Default for Options {
@@ -570,6 +647,10 @@ impl Default for Options {
             // fault's latency as its thread sees it fell 5-7x with the in-process store).
             faults: FaultDelivery::Signal,
             latency: None,
+            metrics: None,
+            metrics_file: None,
+            job: None,
+            instance: None,
         }
     }
 }
@@ -602,11 +683,33 @@ pub fn dump_path(stats: Option<&str>, pid: u32, host: &str, tmpdir: Option<&str>
     }
 }
 
+/// Where JVM `pid` writes its metrics target file: its `metrics_file=`, else
+/// `memliner-HOST-PID.metrics.json` in `tmpdir` (the JVM's `TMPDIR`, else /tmp). Defined once
+/// for the agent, which writes it, and the command, which reads it.
+pub fn metrics_path(template: Option<&str>, pid: u32, host: &str, tmpdir: Option<&str>) -> String {
+    let template = match template {
+        Some(t) => t.to_string(),
+        None => format!(
+            "{}/",
+            tmpdir
+                .filter(|t| !t.is_empty())
+                .unwrap_or("/tmp")
+                .trim_end_matches('/')
+        ),
+    };
+    expand(&template, "memliner-%h-%p.metrics.json", pid, host)
+}
+
 /// Where the stats of this JVM go for a `stats=` value: `%p` is the pid, `%h` the host name,
 /// `%%` a percent sign; a value ending in `/` is a directory for `memliner-%h-%p.json`.
 pub fn stats_path(template: &str, pid: u32, host: &str) -> String {
+    expand(template, "memliner-%h-%p.json", pid, host)
+}
+
+/// `template` with `%p`, `%h` and `%%` replaced; a directory (ending in `/`) holds `file`.
+fn expand(template: &str, file: &str, pid: u32, host: &str) -> String {
     let template = if template.ends_with('/') {
-        format!("{template}memliner-%h-%p.json")
+        format!("{template}{file}")
     } else {
         template.to_string()
     };
@@ -819,6 +922,8 @@ mod tests {
             "local=512m,token_file=/tmp/t,dirty=assume,reclaim=fifo,probe=0,faults=thread,fallback=local",
             "server=local,latency=3us",
             "server=[::1]:9,dirty=track,policy=off",
+            "metrics=0.0.0.0:9400,metrics_file=/m/,job=spark,instance=exec-1",
+            "metrics=0",
         ];
         for c in cases {
             let o = parse("", c).unwrap();
@@ -828,6 +933,42 @@ mod tests {
         assert_eq!(Options::default().render(), "");
         let o = parse("", "server=h:1,local=25%").unwrap();
         assert_eq!(o.render(), "server=tcp://h:1,local=25%");
+    }
+
+    #[test]
+    fn metrics_take_an_address_or_a_port_on_loopback_and_a_target_file() {
+        let o = parse("", "metrics=9400").unwrap();
+        assert_eq!(o.metrics, Some("127.0.0.1:9400".parse().unwrap()));
+        let o = parse("", "metrics=localhost:0,job=j").unwrap();
+        assert_eq!(o.metrics, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(o.job.as_deref(), Some("j"));
+        assert_eq!(
+            parse("", "metrics=[::1]:9").unwrap().metrics,
+            Some("[::1]:9".parse().unwrap())
+        );
+        let e = err("metrics=host.example:9");
+        assert!(
+            e.starts_with("bad value for 'metrics': 'host.example:9': expected HOST:PORT"),
+            "{e}"
+        );
+        assert!(err("metrics=70000").contains("expected HOST:PORT"));
+        assert!(err("job=").contains("expected a name"));
+        assert_eq!(
+            metrics_path(None, 7, "h1", None),
+            "/tmp/memliner-h1-7.metrics.json"
+        );
+        assert_eq!(
+            metrics_path(None, 7, "h1", Some("/t/")),
+            "/t/memliner-h1-7.metrics.json"
+        );
+        assert_eq!(
+            metrics_path(Some("/sd/"), 7, "h1", Some("/t")),
+            "/sd/memliner-h1-7.metrics.json"
+        );
+        assert_eq!(
+            metrics_path(Some("/sd/x-%p.json"), 7, "h1", None),
+            "/sd/x-7.json"
+        );
     }
 
     #[test]

@@ -47,6 +47,8 @@ struct Runtime {
     layout: OnceLock<gc_layout::GcLayout>,
     gc: stats::GcTimes,
     started: Instant,
+    /// The `/metrics` listener and the target file naming it (`metrics=`).
+    metrics: OnceLock<(swap_backend::metrics::MetricsListener, String)>,
 }
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -168,10 +170,86 @@ fn load(options_str: &str) -> Result<(), String> {
         layout: OnceLock::new(),
         gc: stats::GcTimes::default(),
         started: Instant::now(),
+        metrics: OnceLock::new(),
     };
     RUNTIME
         .set(rt)
-        .map_err(|_| "the agent is loaded twice; give -agentpath once".to_string())
+        .map_err(|_| "the agent is loaded twice; give -agentpath once".to_string())?;
+    if let Some(rt) = RUNTIME.get() {
+        serve_metrics(rt);
+    }
+    Ok(())
+}
+
+/// Starts `/metrics` (`metrics=`) and writes its target file. Never stops the JVM: a listener
+/// that cannot start is one line on stderr.
+fn serve_metrics(rt: &'static Runtime) {
+    let Some(addr) = rt.options.metrics else {
+        return;
+    };
+    let id = stats::metrics::Identity {
+        pid: std::process::id(),
+        host: host_name(),
+    };
+    let target_host = id.host.clone();
+    let page = move || {
+        stats::metrics::page(
+            &id,
+            &rt.options,
+            rt.heap.get(),
+            rt.pager.get(),
+            &rt.gc,
+            rt.started.elapsed(),
+        )
+    };
+    let listener = match swap_backend::metrics::MetricsListener::start_text(
+        &addr.to_string(),
+        "memliner-metrics",
+        page,
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("memliner: {e}; the JVM runs without /metrics");
+            return;
+        }
+    };
+    let bound = listener.local_addr();
+    if addr.port() == 0 {
+        eprintln!("memliner: metrics at http://{bound}/metrics");
+    } else {
+        log!(LogLevel::Info, "metrics at http://{bound}/metrics");
+    }
+    // Scrapers on other hosts cannot reach 0.0.0.0: name this host then.
+    let target = if bound.ip().is_unspecified() {
+        format!("{target_host}:{}", bound.port())
+    } else {
+        bound.to_string()
+    };
+    let path = options::metrics_path(
+        rt.options.metrics_file.as_deref(),
+        std::process::id(),
+        &target_host,
+        std::env::var("TMPDIR").ok().as_deref(),
+    );
+    let mut labels = serde_json::Map::new();
+    labels.insert("pid".into(), std::process::id().to_string().into());
+    labels.insert("host".into(), target_host.into());
+    for (k, v) in [("job", &rt.options.job), ("instance", &rt.options.instance)] {
+        if let Some(v) = v {
+            labels.insert(k.into(), v.clone().into());
+        }
+    }
+    let doc = serde_json::json!([{ "targets": [target], "labels": labels }]);
+    if let Some(dir) = std::path::Path::new(&path).parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let tmp = format!("{path}.tmp{}", std::process::id());
+    if let Err(e) =
+        std::fs::write(&tmp, format!("{doc}\n")).and_then(|_| std::fs::rename(&tmp, &path))
+    {
+        eprintln!("memliner: cannot write the metrics target file {path}: {e}");
+    }
+    let _ = rt.metrics.set((listener, path));
 }
 
 /// The pager's policy for the options given (`Off` never reaches the pager).
@@ -362,6 +440,10 @@ unsafe extern "C" fn on_vm_init(_: *mut jvmti::JvmtiEnv, _: *mut jvmti::JniEnv, 
 unsafe extern "C" fn on_vm_death(_: *mut jvmti::JvmtiEnv, _: *mut jvmti::JniEnv) {
     guarded("VMDeath", || {
         if let Some(rt) = RUNTIME.get() {
+            if let Some((_, target)) = rt.metrics.get() {
+                // The JVM is going: scrapers and `memliner top` should stop looking for it.
+                let _ = std::fs::remove_file(target);
+            }
             write_stats(rt, StatsMoment::VmDeath);
         }
     })

@@ -9,5 +9,8 @@ pub mod flags;
 pub mod live;
 pub mod locate;
 pub mod run;
+pub mod scrape;
 pub mod summary;
+pub mod top;
+pub mod watch;
 pub mod workloads;

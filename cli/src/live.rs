@@ -68,6 +68,13 @@ pub enum LiveError {
     },
     #[error("{}: {message}", path.display())]
     BadDocument { path: PathBuf, message: String },
+    /// The agent serves no `/metrics` (no `metrics=`), or has not written its target file.
+    #[error(
+        "JVM {pid} serves no /metrics{}: start it with metrics=0 (any free port; or \
+         `memliner run --metrics 0`)",
+        match path { Some(p) => format!(" (no target file {})", p.display()), None => String::new() }
+    )]
+    NoMetrics { pid: u32, path: Option<PathBuf> },
 }
 
 impl LiveError {
@@ -259,26 +266,97 @@ fn agent_options(cmdline: &[String], env: impl Fn(&str) -> Option<String>) -> (S
     (from_env, agent)
 }
 
-/// Where JVM `pid` writes its stats document when asked for it.
-fn dump_path(p: &Process) -> Result<PathBuf, LiveError> {
+/// The agent's options of a running JVM, and its `TMPDIR`.
+fn options_of(p: &Process) -> Result<(options::Options, Option<String>), LiveError> {
     let cmdline = p.strings("cmdline")?;
     let environ = p.strings("environ").unwrap_or_default();
     let (env_opts, agent_opts) = agent_options(&cmdline, |k| env_var(&environ, k));
-    let stats = options::parse(&env_opts, &agent_opts)
-        .map_err(|error| LiveError::BadOptions { pid: p.pid, error })?
-        .stats;
-    let path = PathBuf::from(options::dump_path(
-        stats.as_deref(),
-        p.pid,
-        &memliner_agent::host_name(),
-        env_var(&environ, "TMPDIR").as_deref(),
-    ));
-    // A relative `stats=` is the JVM's, relative to its working directory.
-    Ok(if path.is_relative() {
+    let o = options::parse(&env_opts, &agent_opts)
+        .map_err(|error| LiveError::BadOptions { pid: p.pid, error })?;
+    Ok((o, env_var(&environ, "TMPDIR")))
+}
+
+/// `path` as the JVM means it: relative to its working directory.
+fn in_cwd(p: &Process, path: String) -> PathBuf {
+    let path = PathBuf::from(path);
+    if path.is_relative() {
         p.proc.join("cwd").join(path)
     } else {
         path
-    })
+    }
+}
+
+/// Where JVM `pid` writes its stats document when asked for it.
+fn dump_path(p: &Process) -> Result<PathBuf, LiveError> {
+    let (o, tmpdir) = options_of(p)?;
+    Ok(in_cwd(
+        p,
+        options::dump_path(
+            o.stats.as_deref(),
+            p.pid,
+            &memliner_agent::host_name(),
+            tmpdir.as_deref(),
+        ),
+    ))
+}
+
+/// The `HOST:PORT` JVM `pid` serves `/metrics` at, from the target file its agent wrote
+/// (`metrics_file=`, else its temporary directory).
+pub fn metrics_target(pid: u32) -> Result<String, LiveError> {
+    let p = Process::open(pid)?;
+    if !p.runs_agent()? {
+        return Err(LiveError::NoAgent {
+            pid,
+            name: p.name(),
+            jvms: Vec::new(),
+        });
+    }
+    let (o, tmpdir) = options_of(&p)?;
+    if o.metrics.is_none() {
+        return Err(LiveError::NoMetrics { pid, path: None });
+    }
+    let path = in_cwd(
+        &p,
+        options::metrics_path(
+            o.metrics_file.as_deref(),
+            pid,
+            &memliner_agent::host_name(),
+            tmpdir.as_deref(),
+        ),
+    );
+    let missing = || LiveError::NoMetrics {
+        pid,
+        path: Some(path.clone()),
+    };
+    let text = std::fs::read_to_string(&path).map_err(|_| missing())?;
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|_| missing())?;
+    doc[0]["targets"][0]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(missing)
+}
+
+/// The pids of the processes on this host that run the agent (those this user may read).
+pub fn paged_jvms() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&pid| {
+            Process::open(pid)
+                .and_then(|p| p.runs_agent())
+                .unwrap_or(false)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Whether process `pid` still exists.
+pub fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// A file's identity: the agent replaces the document (rename), so a new one is a new inode.

@@ -59,6 +59,24 @@ enum Cmd {
         /// Stats files, directories holding them, or pids of running JVMs with the agent.
         #[arg(required = true, value_name = "PATH|PID", value_parser = parse_source)]
         sources: Vec<memliner_cli::live::Source>,
+        /// With one PID: a line every DURATION (1s, 500ms) until the JVM exits, as `jstat`
+        /// does: remote faults/s, GC share, MiB/s in and out, resident, budget, p50/p99 remote
+        /// fault latency. Read from the JVM's /metrics (metrics=); without it, by SIGQUIT.
+        #[arg(long, value_name = "DURATION", value_parser = parse_every)]
+        every: Option<std::time::Duration>,
+    },
+    /// A live view of every paged JVM on this host (and the memory servers they use):
+    /// budget, resident, faults/s by thread class, remote MiB/s, fault latency, history.
+    /// Keys: s sorts, up/down pick a JVM, enter shows it, q quits. JVMs are found by their
+    /// agent and serve /metrics (metrics=0).
+    Top {
+        /// Refresh interval.
+        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_every)]
+        every: std::time::Duration,
+        /// A memory server's metrics address (`memliner server --metrics`), for its capacity
+        /// and what it holds; give it again for more.
+        #[arg(long, value_name = "HOST:PORT")]
+        server_metrics: Vec<String>,
     },
     /// Serve memory to agents: `memliner server --listen tcp://127.0.0.1:7070 --capacity 8g`.
     Server {
@@ -509,7 +527,32 @@ fn main() -> ExitCode {
                 Err(e) => fail(e),
             }
         }
-        Cmd::Stats { sources } => match memliner_cli::aggregate::gather(&sources) {
+        Cmd::Stats {
+            sources,
+            every: Some(every),
+        } => {
+            let [memliner_cli::live::Source::Pid(pid)] = sources.as_slice() else {
+                return fail("--every follows one running JVM: give its pid alone");
+            };
+            match memliner_cli::watch::run(*pid, every, &mut std::io::stdout().lock()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("memliner: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            }
+        }
+        Cmd::Top {
+            every,
+            server_metrics,
+        } => match memliner_cli::top::run(every, &server_metrics) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        },
+        Cmd::Stats {
+            sources,
+            every: None,
+        } => match memliner_cli::aggregate::gather(&sources) {
             Ok((jvms, notes)) => {
                 for n in notes {
                     eprintln!("memliner: {n}");
@@ -539,6 +582,14 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
         }
+    }
+}
+
+/// A positive duration (`1s`, `500ms`).
+fn parse_every(s: &str) -> Result<std::time::Duration, String> {
+    match swap_backend::units::parse_duration(s)? {
+        d if d.is_zero() => Err("an interval must be above zero".into()),
+        d => Ok(d),
     }
 }
 

@@ -1672,3 +1672,428 @@ fn a_jvm_that_ignores_sigquit_is_not_signalled() {
     );
     server.stop();
 }
+
+// --- Watching paged JVMs live: /metrics, `memliner stats PID --every`, `memliner top` ---
+
+/// A fresh path for a metrics target file.
+fn target_file(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!(
+        "memliner-test-{}-{name}.metrics.json",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// (pid, HOST:PORT) from a target file the agent wrote, once it has; `None` once `done`
+/// says the JVM is gone without writing one.
+fn wait_for_target(file: &Path, done: impl Fn() -> bool) -> Option<(u32, String)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(t) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        {
+            let pid = t[0]["labels"]["pid"].as_str()?.parse().ok()?;
+            return Some((pid, t[0]["targets"][0].as_str()?.to_string()));
+        }
+        if done() || std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Every counter of `before` that is also on `now` did not go down.
+fn assert_monotonic(before: &memliner_cli::scrape::Page, now: &memliner_cli::scrape::Page) {
+    let key = |s: &memliner_cli::scrape::Sample| format!("{}{:?}", s.name, s.labels);
+    let counters = |p: &memliner_cli::scrape::Page| -> std::collections::HashMap<String, f64> {
+        p.samples
+            .iter()
+            .filter(|s| {
+                s.name.ends_with("_total")
+                    || s.name.ends_with("_bucket")
+                    || s.name.ends_with("_count")
+                    || s.name.ends_with("_sum")
+            })
+            .map(|s| (key(s), s.value))
+            .collect()
+    };
+    let (a, b) = (counters(before), counters(now));
+    for (k, v) in &a {
+        if let Some(w) = b.get(k) {
+            assert!(w >= v, "{k} went from {v} to {w}");
+        }
+    }
+}
+
+#[test]
+fn a_paging_jvm_serves_metrics_whose_counters_only_grow() {
+    use memliner_cli::scrape;
+    let file = target_file("scraped");
+    let cfg = RunConfig::default().local(25).with(|o| {
+        o.metrics = Some("127.0.0.1:0".parse().unwrap());
+        o.metrics_file = Some(file.display().to_string());
+        o.job = Some("tests".into());
+    });
+    let jvm = std::thread::spawn(move || {
+        launch(&cfg, &command(Workload::Graph, "G1", HEAP), true).unwrap()
+    });
+    let (pid, addr) =
+        wait_for_target(&file, || jvm.is_finished()).expect("the agent wrote its target file");
+    let mut pages: Vec<scrape::Page> = Vec::new();
+    while !jvm.is_finished() {
+        // Scraped as fast as it answers: a scrape must never hold up the JVM.
+        if let Ok(p) = scrape::get(&addr, std::time::Duration::from_secs(5)) {
+            if let Some(before) = pages.last() {
+                assert_monotonic(before, &p);
+            }
+            pages.push(p);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let out = jvm.join().unwrap();
+    assert_eq!(checked_result(&out, "scraped"), reference(Workload::Graph));
+    assert!(
+        out.stderr
+            .contains(&format!("memliner: metrics at http://{addr}/metrics")),
+        "port 0 is said: {}",
+        out.stderr
+    );
+    let paging: Vec<&scrape::Page> = pages
+        .iter()
+        .filter(|p| p.value("memliner_jvm_paging", &[]) == Some(1.0))
+        .filter(|p| p.sum("memliner_jvm_faults_total", &[("kind", "remote")]) > 0.0)
+        .collect();
+    assert!(paging.len() >= 3, "{} scrapes while it paged", paging.len());
+    let last = paging.last().unwrap();
+    for family in [
+        "memliner_jvm_info",
+        "memliner_jvm_budget_bytes",
+        "memliner_jvm_resident_bytes",
+        "memliner_jvm_resident_pages",
+        "memliner_jvm_faults_total",
+        "memliner_jvm_remote_read_pages_total",
+        "memliner_jvm_remote_written_bytes_total",
+        "memliner_jvm_evictions_total",
+        "memliner_jvm_prefetch_pages_total",
+        "memliner_jvm_prefetch_wasted_pages_total",
+        "memliner_jvm_fault_latency_seconds_bucket",
+        "memliner_jvm_gc_share_of_remote_faults",
+        "memliner_jvm_gc_hooks_mark_cycles_total",
+        "memliner_jvm_agent_cpu_seconds_total",
+    ] {
+        assert!(last.find(family, &[]).next().is_some(), "no {family}");
+    }
+    let pid_s = pid.to_string();
+    for s in &last.samples {
+        assert_eq!(s.label("pid"), Some(pid_s.as_str()), "{s:?}");
+        assert_eq!(s.label("job"), Some("tests"), "{s:?}");
+    }
+    let budget = last.value("memliner_jvm_budget_bytes", &[]).unwrap();
+    assert!(
+        last.value("memliner_jvm_resident_bytes", &[]).unwrap()
+            <= budget + (SLACK_PAGES * 4096) as f64
+    );
+    let app = last.sum(
+        "memliner_jvm_faults_total",
+        &[("class", "application"), ("kind", "remote")],
+    );
+    let remote = last.buckets(
+        "memliner_jvm_fault_latency_seconds",
+        &[("source", "remote")],
+    );
+    assert!(app > 0.0 && remote.last().unwrap().1 > 0.0, "{remote:?}");
+    // Every JVM metric the dashboard in the repository draws is on the page (those of a
+    // replicated store are checked by the failover tests' store).
+    let root = locate::project_root().unwrap();
+    let dashboard = std::fs::read_to_string(root.join("scripts/grafana/memliner.json")).unwrap();
+    let mut queried: Vec<&str> = dashboard
+        .match_indices("memliner_jvm_")
+        .map(|(i, _)| {
+            let rest = &dashboard[i..];
+            &rest[..rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len())]
+        })
+        .collect();
+    queried.sort_unstable();
+    queried.dedup();
+    assert!(queried.len() >= 10, "{queried:?}");
+    for m in queried
+        .iter()
+        .filter(|m| !m.starts_with("memliner_jvm_server_"))
+    {
+        assert!(
+            last.find(m, &[]).next().is_some(),
+            "the dashboard draws {m}, which the JVM does not serve"
+        );
+    }
+    // The JVM's figures at exit and the last scrape tell the same story.
+    let s = out.stats.as_ref().unwrap();
+    assert!(s.faults.remote as f64 >= last.sum("memliner_jvm_faults_total", &[("kind", "remote")]));
+    assert!(!file.exists(), "the target file goes with the JVM");
+}
+
+#[test]
+fn a_busy_metrics_port_is_one_line_and_the_jvm_runs() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let out = memliner()
+        .args([
+            "run",
+            "--local",
+            "50%",
+            "--metrics",
+            &port.to_string(),
+            "--",
+        ])
+        .args(command(Workload::Kv, "G1", HEAP))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("metrics")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "memliner: cannot serve metrics on 127.0.0.1:{port}"
+        )) && lines[0].ends_with("the JVM runs without /metrics"),
+        "{}",
+        lines[0]
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("verified=true"));
+    let bad = memliner()
+        .args(["run", "--metrics", "nowhere", "--", &java(), "-version"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr)
+        .contains("bad value for 'metrics': 'nowhere': expected HOST:PORT"));
+}
+
+#[test]
+fn stats_every_streams_a_line_per_interval_until_the_jvm_exits() {
+    let file = target_file("every");
+    let cfg = RunConfig::default().local(25).with(|o| {
+        o.metrics = Some("127.0.0.1:0".parse().unwrap());
+        o.metrics_file = Some(file.display().to_string());
+    });
+    let jvm = std::thread::spawn(move || {
+        launch(&cfg, &command(Workload::Graph, "G1", HEAP), true).unwrap()
+    });
+    let (pid, _) =
+        wait_for_target(&file, || jvm.is_finished()).expect("the agent wrote its target file");
+    let every = memliner()
+        .args(["stats", &pid.to_string(), "--every", "200ms"])
+        .output()
+        .unwrap();
+    // `--every` ends by itself, once the JVM has exited.
+    assert!(jvm.is_finished() || !memliner_cli::live::alive(pid));
+    let out = jvm.join().unwrap();
+    checked_result(&out, "every");
+    let text = String::from_utf8_lossy(&every.stdout);
+    let err = String::from_utf8_lossy(&every.stderr);
+    assert!(every.status.success(), "{err}");
+    assert!(err.contains(&format!("JVM {pid} exited")), "{err}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], memliner_cli::watch::HEADER, "{text}");
+    let data: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| *l != memliner_cli::watch::HEADER)
+        .collect();
+    assert!(data.len() >= 2, "{text}");
+    // Faults were counted in some interval, against a 25% budget of the 32 MiB heap.
+    assert!(
+        data.iter()
+            .any(|l| l.split_whitespace().nth(1).is_some_and(|f| f != "0")),
+        "{text}"
+    );
+    // The budget: 8 MiB (25% of the 32 MiB heap) once paging started (0 before VMInit).
+    let budgets: Vec<&str> = data
+        .iter()
+        .filter_map(|l| l.split_whitespace().nth(6))
+        .collect();
+    assert!(budgets.iter().all(|b| *b == "8.0" || *b == "0.0"), "{text}");
+    assert_eq!(budgets.last(), Some(&"8.0"), "{text}");
+    // Read from /metrics: no SIGQUIT, so no thread dump on the JVM's stdout.
+    assert!(!out.stdout.contains("Full thread dump"), "{}", out.stdout);
+}
+
+/// A shell in a detached tmux session, read through capture-pane.
+struct Tmux(String);
+
+impl Tmux {
+    fn start(name: &str) -> Tmux {
+        let ok = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                name,
+                "-x",
+                "200",
+                "-y",
+                "40",
+                "bash --norc --noprofile",
+            ])
+            .env("PS1", "$ ")
+            .status()
+            .expect("tmux is needed for the `memliner top` test (apt-get install tmux)");
+        assert!(ok.success());
+        Tmux(name.to_string())
+    }
+
+    fn send(&self, keys: &[&str]) {
+        let ok = Command::new("tmux")
+            .args(["send-keys", "-t", &self.0])
+            .args(keys)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.0])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The screen once `ready` holds for it (polled), or a panic showing it.
+    fn wait(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let s = self.screen();
+            if ready(&s) {
+                return s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}; the screen:\n{s}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .status();
+    }
+}
+
+/// The line of `screen` that starts with `pid` (a row of the JVM table).
+fn row_of(screen: &str, pid: u32) -> Option<usize> {
+    screen
+        .lines()
+        .position(|l| l.trim_start().starts_with(&format!("{pid} ")))
+}
+
+#[test]
+fn top_lists_paged_jvms_sorts_them_and_quits_restoring_the_terminal() {
+    // Two long runs: one all local (no remote faults), one at 25% (faulting), started in this
+    // order so that the first has the lower pid.
+    let start = |local: &str, name: &str| {
+        let file = target_file(name);
+        let child = memliner()
+            .args([
+                "run",
+                "-q",
+                "--local",
+                local,
+                "--metrics",
+                "0",
+                "--metrics-file",
+            ])
+            .arg(&file)
+            .arg("--")
+            .args(command_for(&java(), Workload::Kv, "G1", HEAP)[..6].iter())
+            .args([
+                Workload::Kv.class(),
+                "--keys",
+                "60000",
+                "--ops",
+                "400000000",
+                "--capacity",
+                "30000",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (pid, _) = wait_for_target(&file, || false).expect("target file");
+        (child, pid)
+    };
+    let (mut quiet, quiet_pid) = start("100%", "top-local");
+    let (mut busy, busy_pid) = start("25%", "top-paged");
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            // `memliner run` passes SIGTERM on to its JVM.
+            let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+            let _ = self.0.wait();
+        }
+    }
+    let _k1 = Kill(&mut quiet);
+    let _k2 = Kill(&mut busy);
+    assert!(quiet_pid < busy_pid, "pids {quiet_pid} {busy_pid}");
+
+    let t = Tmux::start(&format!("memliner-top-{}", std::process::id()));
+    let bin = env!("CARGO_BIN_EXE_memliner");
+    t.send(&[
+        &format!("TERM=xterm-256color {bin} top --every 300ms; echo TOP-EXIT=$?"),
+        "Enter",
+    ]);
+    // Both rows, with figures (two scrapes each), ordered by pid.
+    let s = t.wait("both JVMs listed with figures", |s| {
+        s.contains("sorted by pid")
+            && [quiet_pid, busy_pid].iter().all(|&p| {
+                row_of(s, p).is_some_and(|r| {
+                    s.lines()
+                        .nth(r)
+                        .is_some_and(|l| l.contains("KvCache") && !l.contains("reading"))
+                })
+            })
+    });
+    assert!(row_of(&s, quiet_pid) < row_of(&s, busy_pid), "{s}");
+    // Sorted by remote faults/s: the paging JVM first.
+    t.send(&["s"]);
+    let s = t.wait("sorted by remote faults", |s| {
+        s.contains("sorted by remote faults/s") && row_of(s, busy_pid) < row_of(s, quiet_pid)
+    });
+    assert!(s.contains("paged JVMs"), "{s}");
+    // Enter shows the picked JVM; q goes back, q again quits.
+    t.send(&["Enter"]);
+    t.wait("the detail view", |s| {
+        s.contains("enter or q: back to the list")
+    });
+    t.send(&["q"]);
+    t.wait("back to the list", |s| s.contains("paged JVMs"));
+    t.send(&["q"]);
+    let s = t.wait("top exited", |s| s.contains("TOP-EXIT=0"));
+    assert!(
+        !s.contains("paged JVMs"),
+        "the alternate screen is gone: {s}"
+    );
+    // Raw mode is off again: the terminal echoes and reads lines.
+    let stty = std::env::temp_dir().join(format!("memliner-test-stty-{}", std::process::id()));
+    t.send(&[
+        &format!("stty -a > {}; echo STTY-DONE", stty.display()),
+        "Enter",
+    ]);
+    t.wait("stty's answer", |s| {
+        s.lines().any(|l| l.trim() == "STTY-DONE")
+    });
+    let flags = std::fs::read_to_string(&stty).unwrap();
+    let _ = std::fs::remove_file(&stty);
+    let words: Vec<&str> = flags.split([' ', ';', '\n']).collect();
+    assert!(
+        words.contains(&"icanon") && words.contains(&"echo"),
+        "{flags}"
+    );
+}

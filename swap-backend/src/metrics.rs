@@ -1,5 +1,6 @@
-//! The memory server's counters in the Prometheus text format, on an opt-in HTTP listener
-//! (`memliner server --metrics ADDR`, `GET /metrics`): where cluster operators look first.
+//! The Prometheus text format and the HTTP listener that serves it (`GET /metrics`): the
+//! memory server's counters (`memliner server --metrics ADDR`) and, through [`Exposition`]
+//! and [`MetricsListener::start_text`], each paged JVM's (the agent's `metrics=ADDR`).
 //!
 //! The server hands a snapshot function over; this module only formats and serves.
 
@@ -33,7 +34,7 @@ pub struct Figures {
 }
 
 /// A label value as the text format wants it: backslash, quote and newline escaped.
-fn label(v: &str) -> String {
+pub fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
@@ -150,6 +151,97 @@ pub fn render(f: &Figures) -> String {
     out
 }
 
+/// A metrics page being written: families, each declared once, with their samples, every
+/// sample carrying the page's common labels first.
+#[derive(Debug, Default)]
+pub struct Exposition {
+    out: String,
+    /// `k="v",...` of the labels every sample carries (escaped).
+    common: String,
+}
+
+impl Exposition {
+    /// A page whose every sample carries `common` labels.
+    pub fn new(common: &[(&str, &str)]) -> Exposition {
+        Exposition {
+            out: String::with_capacity(16 << 10),
+            common: common
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", label(v)))
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+
+    /// Declares family `name` of `kind` (`counter`, `gauge`, `histogram`).
+    pub fn family(&mut self, name: &str, kind: &str, help: &str) -> &mut Self {
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        self
+    }
+
+    /// One sample of `name` (the family's name, or a histogram's `_bucket`/`_sum`/`_count`).
+    pub fn sample(
+        &mut self,
+        name: &str,
+        labels: &[(&str, &str)],
+        value: impl Into<f64>,
+    ) -> &mut Self {
+        let mut all = self.common.clone();
+        for (k, v) in labels {
+            if !all.is_empty() {
+                all.push(',');
+            }
+            let _ = write!(all, "{k}=\"{}\"", label(v));
+        }
+        let v: f64 = value.into();
+        if all.is_empty() {
+            let _ = writeln!(self.out, "{name} {v}");
+        } else {
+            let _ = writeln!(self.out, "{name}{{{all}}} {v}");
+        }
+        self
+    }
+
+    /// A family of one sample.
+    pub fn single(
+        &mut self,
+        name: &str,
+        kind: &str,
+        help: &str,
+        value: impl Into<f64>,
+    ) -> &mut Self {
+        self.family(name, kind, help).sample(name, &[], value)
+    }
+
+    /// The samples of histogram `name` (declared with [`Exposition::family`]): `buckets` are
+    /// (upper bound, observations at or below it), cumulative; `+Inf` is `count`.
+    pub fn histogram(
+        &mut self,
+        name: &str,
+        labels: &[(&str, &str)],
+        buckets: &[(f64, u64)],
+        sum: f64,
+        count: u64,
+    ) -> &mut Self {
+        let bucket = format!("{name}_bucket");
+        for &(le, n) in buckets {
+            let le = le.to_string();
+            let mut l = labels.to_vec();
+            l.push(("le", &le));
+            self.sample(&bucket, &l, n as f64);
+        }
+        let mut l = labels.to_vec();
+        l.push(("le", "+Inf"));
+        self.sample(&bucket, &l, count as f64);
+        self.sample(&format!("{name}_sum"), labels, sum);
+        self.sample(&format!("{name}_count"), labels, count as f64)
+    }
+
+    pub fn finish(self) -> String {
+        self.out
+    }
+}
+
 /// A running metrics listener; [`MetricsListener::stop`] ends it.
 pub struct MetricsListener {
     addr: SocketAddr,
@@ -158,11 +250,21 @@ pub struct MetricsListener {
 }
 
 impl MetricsListener {
-    /// Serves `GET /metrics` on `listen` (`HOST:PORT`; port 0: any free one) with the figures
-    /// `snapshot` gives at each scrape; anything else is a 404.
+    /// Serves the server's `GET /metrics` on `listen` (`HOST:PORT`; port 0: any free one)
+    /// with the figures `snapshot` gives at each scrape.
     pub fn start(
         listen: &str,
         snapshot: impl Fn() -> Figures + Send + 'static,
+    ) -> Result<MetricsListener, String> {
+        Self::start_text(listen, "memliner-metrics", move || render(&snapshot()))
+    }
+
+    /// Serves `GET /metrics` on `listen` with the page `page` writes at each scrape, from a
+    /// thread named `thread`; anything else is a 404.
+    pub fn start_text(
+        listen: &str,
+        thread: &str,
+        page: impl Fn() -> String + Send + 'static,
     ) -> Result<MetricsListener, String> {
         let http = Arc::new(
             tiny_http::Server::http(listen)
@@ -174,14 +276,14 @@ impl MetricsListener {
             .ok_or_else(|| format!("cannot serve metrics on {listen}: not an IP address"))?;
         let h = http.clone();
         let thread = std::thread::Builder::new()
-            .name("memliner-metrics".into())
+            .name(thread.into())
             .stack_size(256 << 10)
             .spawn(move || {
                 for request in h.incoming_requests() {
                     let path = request.url().split('?').next().unwrap_or("");
                     let response =
                         if *request.method() == tiny_http::Method::Get && path == "/metrics" {
-                            tiny_http::Response::from_string(render(&snapshot())).with_header(
+                            tiny_http::Response::from_string(page()).with_header(
                                 tiny_http::Header::from_bytes(
                                     &b"Content-Type"[..],
                                     &b"text/plain; version=0.0.4; charset=utf-8"[..],
@@ -189,7 +291,7 @@ impl MetricsListener {
                                 .expect("a valid header"),
                             )
                         } else {
-                            tiny_http::Response::from_string("memliner-server: GET /metrics\n")
+                            tiny_http::Response::from_string("memliner: GET /metrics\n")
                                 .with_status_code(404)
                         };
                     let _ = request.respond(response);
@@ -255,6 +357,21 @@ mod tests {
             t.contains("memliner_namespace_errors_total{namespace=\"host/12/\\\"x\\\"\"} 4\n"),
             "{t}"
         );
+        // Every server metric the dashboard in the repository draws is on the page.
+        let dashboard = include_str!("../../scripts/grafana/memliner.json");
+        for prefix in ["memliner_server_", "memliner_namespace_"] {
+            for (i, _) in dashboard.match_indices(prefix) {
+                let rest = &dashboard[i..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                let name = &rest[..end];
+                assert!(
+                    t.lines().any(|l| l.starts_with(name)),
+                    "the dashboard draws {name}, which the server does not serve"
+                );
+            }
+        }
         // Every sample line belongs to a family declared just before it.
         let mut declared = String::new();
         for line in t.lines() {
@@ -264,5 +381,38 @@ mod tests {
                 assert!(line.starts_with(&declared), "{line} outside {declared}");
             }
         }
+    }
+
+    #[test]
+    fn an_exposition_puts_common_labels_first_and_writes_histograms_cumulatively() {
+        let mut e = Exposition::new(&[("pid", "7"), ("host", "a\"b")]);
+        e.single("x_total", "counter", "X.", 3u32);
+        e.family("lat_seconds", "histogram", "L.");
+        e.histogram(
+            "lat_seconds",
+            &[("source", "remote")],
+            &[(0.001, 2), (0.01, 5)],
+            0.02,
+            6,
+        );
+        let t = e.finish();
+        assert!(
+            t.contains("# TYPE x_total counter\nx_total{pid=\"7\",host=\"a\\\"b\"} 3\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "lat_seconds_bucket{pid=\"7\",host=\"a\\\"b\",source=\"remote\",le=\"0.01\"} 5\n"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("le=\"+Inf\"} 6\n"), "{t}");
+        assert!(
+            t.contains("lat_seconds_count{pid=\"7\",host=\"a\\\"b\",source=\"remote\"} 6\n"),
+            "{t}"
+        );
+        let mut e = Exposition::new(&[]);
+        e.single("y", "gauge", "Y.", 1.5);
+        assert_eq!(e.finish(), "# HELP y Y.\n# TYPE y gauge\ny 1.5\n");
     }
 }

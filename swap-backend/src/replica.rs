@@ -328,7 +328,7 @@ impl ReplicatedStore {
 
     /// The figures so far.
     pub fn stats(&self) -> ReplicationStats {
-        self.inner.stats()
+        self.inner.stats_with(true)
     }
 }
 
@@ -729,26 +729,30 @@ impl Inner {
         Ok(())
     }
 
-    fn stats(&self) -> ReplicationStats {
+    /// The figures; with `scan`, also the pages held (each page's copies visited, under the
+    /// locks writes take), else those counts are 0.
+    fn stats_with(&self, scan: bool) -> ReplicationStats {
         let n = self.n();
         let up = self.up.load(Ordering::SeqCst);
         let want = self.wanted(up);
         let mut per = vec![0u64; n];
         let (mut pages, mut under) = (0u64, 0u64);
-        self.masks.modify_all(
-            |m| m,
-            |_, m| {
-                pages += 1;
-                if ((m & up).count_ones() as usize) < want {
-                    under += 1;
-                }
-                for (i, c) in per.iter_mut().enumerate() {
-                    if m & bit(i) != 0 {
-                        *c += 1;
+        if scan {
+            self.masks.modify_all(
+                |m| m,
+                |_, m| {
+                    pages += 1;
+                    if ((m & up).count_ones() as usize) < want {
+                        under += 1;
                     }
-                }
-            },
-        );
+                    for (i, c) in per.iter_mut().enumerate() {
+                        if m & bit(i) != 0 {
+                            *c += 1;
+                        }
+                    }
+                },
+            );
+        }
         ReplicationStats {
             replicas: self.replicas as u32,
             servers: self
@@ -973,6 +977,10 @@ impl PageStore for ReplicatedStore {
 
     fn replication(&self) -> Option<ReplicationStats> {
         Some(self.stats())
+    }
+
+    fn replication_counters(&self) -> Option<ReplicationStats> {
+        Some(self.inner.stats_with(false))
     }
 }
 

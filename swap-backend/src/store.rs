@@ -90,6 +90,11 @@ pub trait PageStore: Send + Sync {
     fn replication(&self) -> Option<crate::replication_stats::ReplicationStats> {
         None
     }
+    /// [`PageStore::replication`]'s counters without the pages held per server (0): cheap
+    /// enough for every scrape of `/metrics`, and taking no lock a fault takes.
+    fn replication_counters(&self) -> Option<crate::replication_stats::ReplicationStats> {
+        None
+    }
 }
 
 /// Pages in this process's memory: for tests, the embedded demo, and the server's own storage.
@@ -253,6 +258,10 @@ impl PageStore for LatencyStore {
 
     fn replication(&self) -> Option<crate::replication_stats::ReplicationStats> {
         self.inner.replication()
+    }
+
+    fn replication_counters(&self) -> Option<crate::replication_stats::ReplicationStats> {
+        self.inner.replication_counters()
     }
 }
 

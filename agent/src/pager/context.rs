@@ -151,6 +151,7 @@ impl Ctx {
     /// Records a fault's handler-side service time in histogram set `index`; returns it (ns).
     pub fn record_latency(&self, index: usize, started: Instant, remote: bool) -> u64 {
         let ns = started.elapsed().as_nanos() as u64;
+        self.counters.fault_latency[usize::from(remote)].record(ns.max(1));
         let mut l = self.latencies[index].lock().unwrap();
         let _ = l.all.record(ns.max(1));
         if remote {

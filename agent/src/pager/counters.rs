@@ -1,7 +1,7 @@
 //! The pager's counters and latency histograms, read at any time for stats, and the roles of
 //! its threads (for their CPU time).
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -57,9 +57,50 @@ pub struct PagerCounters {
     pub dead_remote: [AtomicU64; Reason::COUNT],
     /// ... and pages that were mapped (budget given back at once).
     pub dead_mapped: [AtomicU64; Reason::COUNT],
+    /// Service times of faults by where the page came from, `[local, remote]`: what a
+    /// scrape of `/metrics` reads without taking the histograms' locks.
+    pub fault_latency: [LatencyBuckets; 2],
     /// Collections whose dead space was dropped, and the time it took inside their pauses.
     pub dead_collections: AtomicU64,
     pub dead_ns: AtomicU64,
+}
+
+/// Upper bounds (ns) of [`LatencyBuckets`]: 1 µs to 50 ms, as Prometheus buckets.
+pub const LATENCY_BOUNDS_NS: [u64; 14] = [
+    1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000, 2_000_000,
+    5_000_000, 10_000_000, 50_000_000,
+];
+
+/// A fault-latency histogram of fixed buckets, one atomic add per fault: readable at any time
+/// without a lock (the hdr histograms below are finer, and locked).
+#[derive(Debug, Default)]
+pub struct LatencyBuckets {
+    /// Observations per bucket of [`LATENCY_BOUNDS_NS`], not cumulative; the last: above.
+    pub counts: [AtomicU64; LATENCY_BOUNDS_NS.len() + 1],
+    pub sum_ns: AtomicU64,
+}
+
+impl LatencyBuckets {
+    pub fn record(&self, ns: u64) {
+        let i = LATENCY_BOUNDS_NS.partition_point(|&b| b < ns);
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// (upper bound in seconds, observations at or below it), cumulative; and the count.
+    pub fn cumulative(&self) -> (Vec<(f64, u64)>, u64) {
+        let mut n = 0;
+        let buckets = LATENCY_BOUNDS_NS
+            .iter()
+            .zip(&self.counts)
+            .map(|(&b, c)| {
+                n += c.load(Ordering::Relaxed);
+                (b as f64 / 1e9, n)
+            })
+            .collect();
+        let count = n + self.counts[LATENCY_BOUNDS_NS.len()].load(Ordering::Relaxed);
+        (buckets, count)
+    }
 }
 
 /// Latency histograms (nanoseconds).
@@ -110,3 +151,23 @@ impl Role {
 
 /// Quiet time in the concurrent GC threads' faults that ends a concurrent cycle.
 pub const CYCLE_GAP: Duration = Duration::from_millis(100);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_buckets_hold_each_fault_at_its_bound_and_sum_up() {
+        let b = LatencyBuckets::default();
+        for ns in [500, 1_000, 1_001, 60_000, 100_000_000] {
+            b.record(ns);
+        }
+        let (buckets, count) = b.cumulative();
+        assert_eq!(count, 5);
+        assert_eq!(buckets[0], (1e-6, 2), "500 ns and 1 µs");
+        assert_eq!(buckets[1], (2e-6, 3));
+        assert_eq!(buckets[6].1, 4, "60 µs at or below 100 µs");
+        assert_eq!(buckets.last().unwrap().1, 4, "100 ms is above every bound");
+        assert_eq!(b.sum_ns.load(Ordering::Relaxed), 100_062_501);
+    }
+}

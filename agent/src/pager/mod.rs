@@ -64,7 +64,7 @@ mod remap;
 mod signal;
 
 pub use config::{FatalFn, PagerConfig, Replacement, Window};
-pub use counters::{Latencies, PagerCounters, Role, CYCLE_GAP};
+pub use counters::{Latencies, LatencyBuckets, PagerCounters, Role, CYCLE_GAP, LATENCY_BOUNDS_NS};
 pub use reclaim::{Decisions, ListSample, ReclaimCounters, DISTANCE_BUCKETS};
 
 use budget::Budget;
@@ -328,6 +328,12 @@ impl Pager {
         self.parts.reclaim.timeline()
     }
 
+    /// The lists' lengths as the reclaimer last sampled them (for `/metrics`: no lock the
+    /// fault path takes).
+    pub fn latest_lists(&self) -> ListSample {
+        self.parts.reclaim.latest_sample()
+    }
+
     /// Prefetch counters, when prefetching is on.
     pub fn prefetch_counters(&self) -> Option<&crate::prefetch::PrefetchCounters> {
         self.parts.prefetch.as_ref().map(|p| &p.counters)
@@ -414,6 +420,11 @@ impl Pager {
     /// Where each memory server stands, when pages are replicated over several.
     pub fn replication(&self) -> Option<swap_backend::replica::ReplicationStats> {
         self.parts.ctx.store.replication()
+    }
+
+    /// [`Pager::replication`] without the pages held per server: for every scrape.
+    pub fn replication_counters(&self) -> Option<swap_backend::replica::ReplicationStats> {
+        self.parts.ctx.store.replication_counters()
     }
 
     /// Whether reclaim batches its `MADV_DONTNEED` with one process_madvise call.

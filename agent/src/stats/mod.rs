@@ -9,6 +9,7 @@ use crate::model::{FaultKind, ThreadClass};
 use crate::pager::{Pager, Role};
 
 pub mod doc;
+pub mod metrics;
 
 use doc::*;
 

@@ -70,6 +70,9 @@ pub enum Mode {
     /// heap under the same limit (the kernel run's peak heap RSS): the kernel also swaps out
     /// the JVM's cold memory beside the heap and gives the room to the heap.
     MemlinerKernelHeap,
+    /// `policy=memliner` serving `/metrics` (`metrics=127.0.0.1:0`), scraped every second
+    /// by the bench while it runs: what watching a JVM costs it.
+    MemlinerScraped,
 }
 
 impl Mode {
@@ -89,6 +92,7 @@ impl Mode {
             Mode::MemlinerFabric => "memliner-fabric",
             Mode::MemlinerReplicated => "memliner-replicated",
             Mode::MemlinerKernelHeap => "memliner-at-kernel-heap",
+            Mode::MemlinerScraped => "memliner-scraped",
         }
     }
 }
@@ -309,6 +313,9 @@ pub struct Record {
     /// CPU time the embedded memory server spent on this run (ms).
     #[serde(default)]
     pub server_cpu_ms: Option<f64>,
+    /// Scrapes of the JVM's `/metrics` during the run (`memliner-scraped`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrapes: Option<u64>,
 }
 
 /// JSON has no NaN: serde_json writes it as null; read null back as NaN.
@@ -489,6 +496,7 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                 if !cfg.kernel_only && java && *c == cfg.collectors[0] {
                     out.push(p(Mode::MemlinerFifo, 25));
                     out.push(p(Mode::MemlinerThreadFaults, 25));
+                    out.push(p(Mode::MemlinerScraped, 25));
                 }
                 // The transports side by side: tcp (the memliner cell), one-sided, in-process.
                 if cfg.transports && !cfg.kernel_only && java {
@@ -595,7 +603,10 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 }
                 let executors_dir = executors_stats_dir(p, &mut rc);
                 let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
-                let out = launch(&rc, &cmd, true)?;
+                let scraper = (p.mode == Mode::MemlinerScraped).then(|| Scraper::start(&mut rc));
+                let out = launch(&rc, &cmd, true);
+                let scrapes = scraper.map(Scraper::stop);
+                let out = out?;
                 let executors = executors_dir
                     .as_deref()
                     .map_or_else(Vec::new, read_executors);
@@ -615,6 +626,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                         stats: out.stats,
                         executors,
                         server_cpu_ms: out.server_cpu.map(|t| t.as_secs_f64() * 1e3),
+                        scrapes,
                         ..blank(p, Outcome::Ok)
                     },
                     // A JVM that died is a finding: recorded, reported and counted, and the
@@ -777,6 +789,7 @@ fn blank(p: &Planned, outcome: Outcome) -> Record {
         executors: Vec::new(),
         kernel: None,
         server_cpu_ms: None,
+        scrapes: None,
     }
 }
 
@@ -864,7 +877,63 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
             embedded_servers: 2,
             ..base
         },
-        Mode::Memliner | Mode::MemlinerKernelHeap => base,
+        Mode::Memliner | Mode::MemlinerKernelHeap | Mode::MemlinerScraped => base,
+    }
+}
+
+/// Scrapes a bench JVM's `/metrics` every second while it runs, as Prometheus would.
+struct Scraper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl Scraper {
+    /// Sets `rc` to serve `/metrics` on a free port with its target file in a temporary
+    /// directory, and starts scraping once the file names the port.
+    fn start(rc: &mut RunConfig) -> Scraper {
+        use std::sync::atomic::Ordering;
+        let file = std::env::temp_dir().join(format!(
+            "memliner-bench-metrics-{}.json",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&file);
+        rc.options.metrics = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        rc.options.metrics_file = Some(file.display().to_string());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut scrapes = 0;
+            let mut addr = None;
+            while !flag.load(Ordering::SeqCst) {
+                // Until the agent names its port: look every 50 ms; then scrape each second.
+                let pause = match &addr {
+                    None => {
+                        addr = std::fs::read_to_string(&file)
+                            .ok()
+                            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                            .and_then(|v| v[0]["targets"][0].as_str().map(str::to_string));
+                        std::time::Duration::from_millis(50)
+                    }
+                    Some(a) => {
+                        if crate::scrape::get(a, std::time::Duration::from_secs(2)).is_ok() {
+                            scrapes += 1;
+                        }
+                        std::time::Duration::from_secs(1)
+                    }
+                };
+                std::thread::park_timeout(pause);
+            }
+            let _ = std::fs::remove_file(&file);
+            scrapes
+        });
+        Scraper { stop, thread }
+    }
+
+    /// Ends the scraping; returns how many scrapes were answered.
+    fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.thread().unpark();
+        self.thread.join().unwrap_or(0)
     }
 }
 

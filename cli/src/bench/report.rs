@@ -448,8 +448,57 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
     );
     transports(&mut md, cfg, rs, x);
     replication(&mut md, cfg, rs);
+    scraping(&mut md, cfg, rs);
     spark_cluster(&mut md, cfg, rs);
     md
+}
+
+/// What watching a JVM costs it: memliner at 25%, and the same with `/metrics` scraped every
+/// second (`memliner-scraped`).
+fn scraping(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
+    let wall = |r: &Record| r.ok().then_some(r.wall_ms);
+    let rows: Vec<String> = pairs(cfg, rs)
+        .into_iter()
+        .filter_map(|(w, c)| {
+            let scraped = cell(rs, &w, &c, Mode::MemlinerScraped, 25);
+            let plain = cell(rs, &w, &c, Mode::Memliner, 25);
+            if scraped.is_empty() || plain.is_empty() {
+                return None;
+            }
+            let (a, b) = (med(&plain, wall), med(&scraped, wall));
+            let spread = |runs: &[&Record]| {
+                let v: Vec<f64> = runs.iter().filter_map(|r| wall(r)).collect();
+                let (lo, hi) = v
+                    .iter()
+                    .fold((f64::INFINITY, 0f64), |(l, h), &x| (l.min(x), h.max(x)));
+                if v.is_empty() {
+                    f64::NAN
+                } else {
+                    (hi - lo) / a
+                }
+            };
+            Some(format!(
+                "| {w} | {c} | {} | {} | {} | {} | {} |",
+                fmt(a, 0),
+                fmt(b, 0),
+                fmt(b / a, 3),
+                fmt(spread(&plain), 3),
+                fmt(med(&scraped, |r| r.scrapes.map(|n| n as f64)), 0),
+            ))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## Watching a JVM: /metrics scraped every second at 25% local (medians)\n\n         The `memliner` cell again with `metrics=127.0.0.1:0`, its page read every second by the \
+         bench while the JVM runs (a scrape reads counters on the agent's metrics thread). Within \
+         noise when the ratio is inside the spread of the unscraped runs.\n\n         | workload | collector | wall ms | scraped wall ms | scraped / not | spread of unscraped runs / median | scrapes per run |\n|---|---|---|---|---|---|---|"
+    );
+    for r in rows {
+        let _ = writeln!(md, "{r}");
+    }
 }
 
 /// The sections read from each paged run's own stats document: faults by class, prefetching,
@@ -993,6 +1042,7 @@ mod tests {
             executors: Vec::new(),
             kernel: None,
             server_cpu_ms: Some(250.0),
+            scrapes: None,
         }
     }
 
@@ -1092,6 +1142,31 @@ mod tests {
         assert!(md.contains("| graph | G1 | one | 6.00 |  |"), "{md}");
         assert!(
             md.contains("| graph | G1 | two, 2 copies | 7.20 | 1.20 |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn the_report_sets_scraped_runs_beside_unscraped_ones() {
+        let cfg = BenchConfig::quick("/tmp/x".into());
+        let scraped = |wall| Record {
+            scrapes: Some(6),
+            ..record(Mode::MemlinerScraped, 25, wall, paged(1600, 0))
+        };
+        let mut rs = vec![
+            record(Mode::NoAgent, 100, 1000.0, None),
+            record(Mode::Memliner, 25, 6000.0, paged(1600, 0)),
+            record(Mode::Memliner, 25, 6300.0, paged(1600, 0)),
+        ];
+        let md = markdown(&cfg, &rs, &extras(Vec::new()));
+        assert!(
+            !md.contains("## Watching a JVM"),
+            "no scraped runs, no section"
+        );
+        rs.extend([scraped(6100.0), scraped(6200.0)]);
+        let md = markdown(&cfg, &rs, &extras(Vec::new()));
+        assert!(
+            md.contains("| graph | G1 | 6150 | 6150 | 1.000 | 0.049 | 6 |"),
             "{md}"
         );
     }

@@ -94,6 +94,9 @@ pub struct ListSample {
     pub other: usize,
 }
 
+/// How often the reclaimer refreshes the lists' lengths for `/metrics`.
+const LATEST_EVERY: Duration = Duration::from_millis(250);
+
 /// A bounded timeline of list lengths: when full, every other sample goes and the interval
 /// doubles, so a run of any length keeps at most `MAX` samples evenly spread.
 #[derive(Debug)]
@@ -128,6 +131,9 @@ pub(super) struct Reclaimer {
     deactivations: AtomicU32,
     pub counters: ReclaimCounters,
     timeline: Mutex<Timeline>,
+    /// The lists as the reclaimer last looked (at most [`LATEST_EVERY`] ago while it runs):
+    /// what a scrape of `/metrics` reads, never the lists' own lock, which faults take.
+    latest: Mutex<(Option<Instant>, ListSample)>,
     /// Whether the reclaimer is parked with its reserve full (see `settle`).
     idle: Mutex<bool>,
     idle_changed: Condvar,
@@ -180,6 +186,7 @@ impl Reclaimer {
                 every: Duration::from_millis(50),
                 last: None,
             }),
+            latest: Mutex::new((None, ListSample::default())),
             idle: Mutex::new(false),
             idle_changed: Condvar::new(),
             ctx,
@@ -246,7 +253,22 @@ impl Reclaimer {
         v
     }
 
+    /// The lists' lengths as the reclaimer last sampled them (see `latest`).
+    pub fn latest_sample(&self) -> ListSample {
+        self.latest.lock().unwrap().1
+    }
+
     fn note_timeline(&self) {
+        let due = self
+            .latest
+            .lock()
+            .unwrap()
+            .0
+            .is_none_or(|l| l.elapsed() >= LATEST_EVERY);
+        if due {
+            let s = self.sample();
+            *self.latest.lock().unwrap() = (Some(Instant::now()), s);
+        }
         let mut t = self.timeline.lock().unwrap();
         if t.last.is_some_and(|l| l.elapsed() < t.every) {
             return;
