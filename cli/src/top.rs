@@ -539,28 +539,44 @@ pub fn run(every: Duration, server_metrics: &[String]) -> Result<(), String> {
     // message is printed; `Restore` covers every other way out.
     let mut terminal = ratatui::init();
     let _restore = Restore;
+    // Keys are read on a thread of their own: crossterm's reader never returns once the
+    // terminal is gone (a read of 0 bytes is retried forever), and this loop must still see
+    // that, and SIGTERM, within 200 ms. The process ends with this function.
+    let (keys, pressed) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("memliner-top-keys".into())
+        .spawn(move || {
+            while let Ok(e) = event::read() {
+                if keys.send(e).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the key reader: {e}"))?;
     let mut next = Instant::now() + every;
     loop {
+        use std::io::IsTerminal;
+        if STOP.load(Ordering::SeqCst) || !std::io::stdout().is_terminal() {
+            return Ok(()); // SIGTERM, SIGHUP, or the terminal hung up
+        }
         terminal
             .draw(|f| view.draw(f))
             .map_err(|e| format!("cannot draw: {e}"))?;
-        // Wake for keys, for the next refresh and, at least every 200 ms, for a signal.
         let wait = next
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(200));
-        if event::poll(wait).map_err(|e| format!("cannot read the terminal: {e}"))? {
-            if let Event::Key(k) =
-                event::read().map_err(|e| format!("cannot read the terminal: {e}"))?
-            {
+        match pressed.recv_timeout(wait) {
+            Ok(Event::Key(k)) if k.kind == KeyEventKind::Press => {
                 let ctrl_c =
                     k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
-                if k.kind == KeyEventKind::Press && (ctrl_c || !view.key(k.code)) {
+                if ctrl_c || !view.key(k.code) {
                     return Ok(());
                 }
             }
-        }
-        if STOP.load(Ordering::SeqCst) {
-            return Ok(());
+            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("cannot read the terminal".into());
+            }
         }
         if Instant::now() >= next {
             view.refresh();

@@ -390,11 +390,55 @@ fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
     let up = Server::start();
     // Ports nothing listens on.
     let (dead, dead_too) = (free_addr(), free_addr());
+    let target = temp("down-at-start.metrics.json");
+    let _ = std::fs::remove_file(&target);
     let cfg = RunConfig::default()
         .local(25)
         .servers(&format!("{}+tcp://{dead}", up.url()))
-        .unwrap();
-    let out = launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap();
+        .unwrap()
+        .with(|o| {
+            o.metrics = Some("127.0.0.1:0".parse().unwrap());
+            o.metrics_file = Some(target.display().to_string());
+        });
+    let run = cfg.clone();
+    let jvm = std::thread::spawn(move || launch(&run, &command(Workload::Kv, "G1"), true).unwrap());
+    // While it runs, its /metrics shows one server up and one down.
+    let mut page = None;
+    while !jvm.is_finished() && page.is_none() {
+        let addr = std::fs::read_to_string(&target)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| Some(v[0]["targets"][0].as_str()?.to_string()));
+        page = addr
+            .and_then(|a| memliner_cli::scrape::get(&a, Duration::from_secs(5)).ok())
+            .filter(|p| p.find("memliner_jvm_server_up", &[]).count() == 2);
+        std::thread::yield_now();
+    }
+    let out = jvm.join().unwrap();
+    let page = page.expect("the JVM's /metrics showed its servers while it ran");
+    let up_url = up.url();
+    let dead_url = format!("tcp://{dead}");
+    assert_eq!(
+        page.value("memliner_jvm_server_up", &[("server", &up_url)]),
+        Some(1.0)
+    );
+    assert_eq!(
+        page.value("memliner_jvm_server_up", &[("server", &dead_url)]),
+        Some(0.0)
+    );
+    assert_eq!(page.value("memliner_jvm_replicas", &[]), Some(2.0));
+    for family in [
+        "memliner_jvm_server_losses_total",
+        "memliner_jvm_server_rejoins_total",
+        "memliner_jvm_server_read_pages_total",
+        "memliner_jvm_server_written_pages_total",
+        "memliner_jvm_pages_recopied_total",
+        "memliner_jvm_reads_failed_over_total",
+        "memliner_jvm_pages_lost_total",
+    ] {
+        assert!(page.find(family, &[]).next().is_some(), "no {family}");
+    }
+    assert_eq!(page.value("memliner_jvm_pages_lost_total", &[]), Some(0.0));
     assert!(
         out.stderr.contains(&format!(
             "cannot use memory server tcp://{dead}: memory server tcp://{dead}: Connection refused"

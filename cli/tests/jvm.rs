@@ -1805,7 +1805,7 @@ fn a_paging_jvm_serves_metrics_whose_counters_only_grow() {
     );
     assert!(app > 0.0 && remote.last().unwrap().1 > 0.0, "{remote:?}");
     // Every JVM metric the dashboard in the repository draws is on the page (those of a
-    // replicated store are checked by the failover tests' store).
+    // replicated store are checked in cli/tests/failover.rs, with a server down).
     let root = locate::project_root().unwrap();
     let dashboard = std::fs::read_to_string(root.join("scripts/grafana/memliner.json")).unwrap();
     let mut queried: Vec<&str> = dashboard
@@ -2096,4 +2096,31 @@ fn top_lists_paged_jvms_sorts_them_and_quits_restoring_the_terminal() {
         words.contains(&"icanon") && words.contains(&"echo"),
         "{flags}"
     );
+    // A terminal that hangs up (the session killed under it) ends it too.
+    t.send(&[&format!("{bin} top --every 301ms"), "Enter"]);
+    t.wait("top again", |s| s.contains("memliner top:"));
+    let pgrep = Command::new("pgrep")
+        .args(["-f", "top --every 301ms"])
+        .output()
+        .unwrap();
+    let top_pid: u32 = String::from_utf8_lossy(&pgrep.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("top's pid");
+    drop(t);
+    let gone = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status")).map_or(true, |s| {
+            s.lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !gone(top_pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "memliner top ({top_pid}) runs on without its terminal"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
