@@ -492,9 +492,12 @@ fn scraping(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
     }
     let _ = writeln!(
         md,
-        "\n## Watching a JVM: /metrics scraped every second at 25% local (medians)\n\n         The `memliner` cell again with `metrics=127.0.0.1:0`, its page read every second by the \
+        "\n## Watching a JVM: /metrics scraped every second at 25% local (medians)\n\n\
+         The `memliner` cell again with `metrics=127.0.0.1:0`, its page read every second by the \
          bench while the JVM runs (a scrape reads counters on the agent's metrics thread). Within \
-         noise when the ratio is inside the spread of the unscraped runs.\n\n         | workload | collector | wall ms | scraped wall ms | scraped / not | spread of unscraped runs / median | scrapes per run |\n|---|---|---|---|---|---|---|"
+         noise when the ratio is inside the spread of the unscraped runs.\n\n\
+         | workload | collector | wall ms | scraped wall ms | scraped / not | spread of unscraped runs / median | scrapes per run |\n\
+         |---|---|---|---|---|---|---|"
     );
     for r in rows {
         let _ = writeln!(md, "{r}");
