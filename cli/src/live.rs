@@ -305,11 +305,7 @@ fn dump_path(p: &Process) -> Result<PathBuf, LiveError> {
 pub fn metrics_target(pid: u32) -> Result<String, LiveError> {
     let p = Process::open(pid)?;
     if !p.runs_agent()? {
-        return Err(LiveError::NoAgent {
-            pid,
-            name: p.name(),
-            jvms: Vec::new(),
-        });
+        return Err(no_agent(&p));
     }
     let (o, tmpdir) = options_of(&p)?;
     if o.metrics.is_none() {
@@ -365,6 +361,25 @@ fn identity(path: &Path) -> Option<(u64, i64, i64)> {
     Some((m.ino(), m.mtime(), m.mtime_nsec()))
 }
 
+/// The refusal for a process without the agent, naming its children that run it (`memliner
+/// run`'s own pid, or a launcher's, is an easy mistake).
+fn no_agent(p: &Process) -> LiveError {
+    let jvms = p
+        .children()
+        .into_iter()
+        .filter(|c| {
+            Process::open(*c)
+                .and_then(|c| c.runs_agent())
+                .unwrap_or(false)
+        })
+        .collect();
+    LiveError::NoAgent {
+        pid: p.pid,
+        name: p.name(),
+        jvms,
+    }
+}
+
 /// Asks JVM `pid` for its stats document and returns it with where it was written.
 pub fn request(pid: u32, timeout: Duration) -> Result<(PathBuf, StatsDoc), LiveError> {
     let p = Process::open(pid)?;
@@ -373,20 +388,7 @@ pub fn request(pid: u32, timeout: Duration) -> Result<(PathBuf, StatsDoc), LiveE
     // which no longer exists (ESRCH), never to the newcomer.
     let pidfd = pidfd_open(pid)?;
     if !p.runs_agent()? {
-        let jvms = p
-            .children()
-            .into_iter()
-            .filter(|c| {
-                Process::open(*c)
-                    .and_then(|c| c.runs_agent())
-                    .unwrap_or(false)
-            })
-            .collect();
-        return Err(LiveError::NoAgent {
-            pid,
-            name: p.name(),
-            jvms,
-        });
+        return Err(no_agent(&p));
     }
     if !p.has_userfaultfd()? {
         return Err(LiveError::NotPaging(pid));
