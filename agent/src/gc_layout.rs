@@ -38,10 +38,6 @@ pub enum Reason {
 impl Reason {
     pub const ALL: &'static [Reason] = <Reason as strum::VariantArray>::VARIANTS;
     pub const COUNT: usize = <Reason as strum::EnumCount>::COUNT;
-
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
 }
 
 /// A heap range with nothing live in it, `[start, end)`.

@@ -6,9 +6,17 @@
 //! The JVM meets the agent in `runtime` (`Agent_OnLoad`, the JVMTI callbacks) and, on a
 //! GC-hook patched JVM, in `hooks`.
 
-/// `Display` as each enum's `name()`: the word its option, its stats field and the messages use.
-macro_rules! display_as_name {
+/// `name()`, how options, stats and metrics spell a value (its `strum::IntoStaticStr` name),
+/// and a `Display` that writes it: one definition for the enums those documents name.
+macro_rules! named {
     ($($t:ty),*) => {$(
+        impl $t {
+            /// How the options, the stats document and `/metrics` spell it.
+            pub fn name(self) -> &'static str {
+                self.into()
+            }
+        }
+
         impl std::fmt::Display for $t {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.name())
@@ -17,11 +25,15 @@ macro_rules! display_as_name {
     )*};
 }
 
-display_as_name!(
+named!(
     model::FaultDelivery,
     model::Discovery,
+    model::ThreadClass,
+    model::FaultKind,
     options::Policy,
-    pager::Replacement
+    pager::Replacement,
+    pager::Role,
+    gc_layout::Reason
 );
 
 pub mod gc_layout;

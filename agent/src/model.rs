@@ -34,10 +34,6 @@ impl ThreadClass {
     pub const COUNT: usize = <ThreadClass as strum::EnumCount>::COUNT;
     pub const ALL: &'static [ThreadClass] = <ThreadClass as strum::VariantArray>::VARIANTS;
 
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-
     /// The class `name` names (its stats name).
     pub fn from_name(name: &str) -> Option<ThreadClass> {
         name.parse().ok()
@@ -48,7 +44,8 @@ impl ThreadClass {
     }
 }
 
-/// How faults reach the code that serves them; the stats document names it as `name` does.
+/// How faults reach the code that serves them; the stats document names it as `name` does
+/// (`named!` in lib.rs).
 #[derive(
     Clone,
     Copy,
@@ -70,12 +67,6 @@ pub enum FaultDelivery {
     Thread,
 }
 
-impl FaultDelivery {
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-}
-
 /// How the heap was found: HotSpot's serviceability tables, or a guess from /proc/self/maps.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, strum::IntoStaticStr,
@@ -85,12 +76,6 @@ impl FaultDelivery {
 pub enum Discovery {
     VmStructs,
     Maps,
-}
-
-impl Discovery {
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
 }
 
 /// Tells the pager which class a faulting thread belongs to.
@@ -138,10 +123,6 @@ pub enum FaultKind {
 impl FaultKind {
     pub const COUNT: usize = <FaultKind as strum::EnumCount>::COUNT;
     pub const ALL: &'static [FaultKind] = <FaultKind as strum::VariantArray>::VARIANTS;
-
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
 }
 
 #[cfg(test)]

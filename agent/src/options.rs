@@ -41,12 +41,6 @@ pub enum Policy {
     Off,
 }
 
-impl Policy {
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-}
-
 /// How much of the heap may be resident.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Budget {
@@ -277,6 +271,57 @@ fn metrics_addr(value: &str) -> Result<std::net::SocketAddr, String> {
     value.parse().map_err(|_| expected())
 }
 
+/// An option whose value is one of its enum's names (`strum`), held in `Options::field`.
+macro_rules! choice_option {
+    (key: $key:literal, flag: $flag:expr, field: $field:ident, values: $values:literal, default: $default:literal,) => {
+        OptionSpec {
+            key: $key,
+            flag: $flag,
+            values: $values,
+            default: $default,
+            set: |o, v| {
+                o.$field = choice(v)?;
+                Ok(())
+            },
+            get: |o| named(o.$field, Options::default().$field),
+        }
+    };
+}
+
+/// A number in `range` held in `Options::field`; `expected` says what it takes.
+macro_rules! number_option {
+    (key: $key:literal, flag: $flag:expr, field: $field:ident, range: $range:expr, expected: $expected:literal, values: $values:literal, default: $default:literal,) => {
+        OptionSpec {
+            key: $key,
+            flag: $flag,
+            values: $values,
+            default: $default,
+            set: |o, v| {
+                o.$field = number(v, $range, $expected)?;
+                Ok(())
+            },
+            get: |o| (o.$field != Options::default().$field).then(|| o.$field.to_string()),
+        }
+    };
+}
+
+/// An option held as text in `Options::field` (a path, a label), checked by `check`.
+macro_rules! text_option {
+    (key: $key:literal, flag: $flag:expr, field: $field:ident, check: $check:ident, values: $values:literal, default: $default:literal,) => {
+        OptionSpec {
+            key: $key,
+            flag: $flag,
+            values: $values,
+            default: $default,
+            set: |o, v| {
+                o.$field = $check(v)?;
+                Ok(())
+            },
+            get: |o| o.$field.clone(),
+        }
+    };
+}
+
 /// Every agent option, in the order the README and `memliner run --help` list them.
 pub static OPTIONS: &[OptionSpec] = &[
     OptionSpec {
@@ -339,82 +384,58 @@ pub static OPTIONS: &[OptionSpec] = &[
         },
         get: |o| (o.budget != Options::default().budget).then(|| o.budget.to_string()),
     },
-    OptionSpec {
+    choice_option! {
         key: "policy",
         flag: flag("policy", "POLICY"),
+        field: policy,
         values: "`memliner` (GC-aware, below), `baseline` (kernel-swap-like: one global prefetch stream, one recency queue), `off` (load, classify, count; no paging)",
         default: "`memliner`",
-        set: |o, v| {
-            o.policy = choice(v)?;
-            Ok(())
-        },
-        get: |o| named(o.policy, Options::default().policy),
     },
-    OptionSpec {
+    number_option! {
         key: "prefetch",
         flag: flag("prefetch", "PAGES"),
+        field: prefetch,
+        range: 0..=256,
+        expected: "a window in pages from 0 (off) to 256",
         values: "largest prefetch window in pages, `0` turns prefetching off (a window is also capped at 1/8 of the budget)",
         default: "`32`",
-        set: |o, v| {
-            o.prefetch = number(v, 0..=256, "a window in pages from 0 (off) to 256")?;
-            Ok(())
-        },
-        get: |o| (o.prefetch != Options::default().prefetch).then(|| o.prefetch.to_string()),
     },
-    OptionSpec {
+    choice_option! {
         key: "streams",
         flag: flag("streams", "thread|class"),
+        field: streams,
         values: "`thread` or `class`: `memliner`'s prefetch streams per thread or per thread class",
         default: "`thread`",
-        set: |o, v| {
-            o.streams = choice(v)?;
-            Ok(())
-        },
-        get: |o| named(o.streams, Options::default().streams),
     },
-    OptionSpec {
+    choice_option! {
         key: "dirty",
         flag: flag("dirty", "auto|track|assume"),
+        field: dirty,
         values: "`auto`: under `memliner`, write-protect the pages a thread class reads in only while fewer than 1 in 4 of them get written (tracking is then cheaper than the write-backs it saves); `track`: always, so a page only read is dropped at eviction without a write-back; `assume`: no write faults, every evicted page is written back (`baseline` treats `auto` as `track`)",
         default: "`auto`",
-        set: |o, v| {
-            o.dirty = choice(v)?;
-            Ok(())
-        },
-        get: |o| named(o.dirty, Options::default().dirty),
     },
-    OptionSpec {
+    choice_option! {
         key: "reclaim",
         flag: flag("reclaim", "lru|fifo"),
+        field: reclaim,
         values: "`lru`: the kernel's active and inactive lists with working-set detection, references seen through write faults, refault distances and (where it pays) sampling by unmapping pages whose bytes stay local (below); `fifo`: arrival order, a second chance for pages written while mapped, for comparison",
         default: "`lru`",
-        set: |o, v| {
-            o.reclaim = choice(v)?;
-            Ok(())
-        },
-        get: |o| named(o.reclaim, Options::default().reclaim),
     },
-    OptionSpec {
+    choice_option! {
         key: "faults",
         flag: flag("faults", "signal|thread"),
+        field: faults,
         values: "`signal`: the faulting thread serves its own fault from a SIGBUS handler (userfaultfd's `UFFD_FEATURE_SIGBUS`; x86-64), no thread wakes on either side; `thread`: fault-handler threads read userfaultfd events and wake the faulting thread (for programs whose system calls read paged-out heap memory from kernel mode, which get `EFAULT` under `signal`; chosen automatically, with a warning, where SIGBUS delivery is unavailable or a preloaded libjsig keeps HotSpot's SIGBUS handler in front of the agent's)",
         default: "`signal`",
-        set: |o, v| {
-            o.faults = choice(v)?;
-            Ok(())
-        },
-        get: |o| named(o.faults, Options::default().faults),
     },
-    OptionSpec {
+    number_option! {
         key: "handlers",
         flag: flag("handlers", "N"),
+        field: handlers,
+        range: 1..=16,
+        expected: "a number of threads from 1 to 16",
         values: "fault-handler threads, 1–16 (with `faults=signal` one thread reads the events that are not faults)",
         default: "`1`",
-        set: |o, v| {
-            o.handlers = number(v, 1..=16, "a number of threads from 1 to 16")?;
-            Ok(())
-        },
-        get: |o| (o.handlers != Options::default().handlers).then(|| o.handlers.to_string()),
     },
     OptionSpec {
         key: "stats",
@@ -432,27 +453,20 @@ pub static OPTIONS: &[OptionSpec] = &[
         },
         get: |o| o.stats.clone(),
     },
-    OptionSpec {
+    choice_option! {
         key: "log",
         flag: flag("log", "LEVEL"),
+        field: log,
         values: "`error`, `warn`, `info`, `debug`",
         default: "`warn`",
-        set: |o, v| {
-            o.log = choice(v)?;
-            Ok(())
-        },
-        get: |o| named(o.log, Options::default().log),
     },
-    OptionSpec {
+    text_option! {
         key: "token_file",
         flag: flag("token-file", "PATH"),
+        field: token_file,
+        check: text,
         values: "a file holding the memory servers' shared secret; without it the agent reads `MEMLINER_TOKEN` from its environment (`memliner run` passes its own on). A `token=` with the secret itself is refused: the JVM's command line is readable by every user",
         default: "none",
-        set: |o, v| {
-            o.token_file = text(v)?;
-            Ok(())
-        },
-        get: |o| o.token_file.clone(),
     },
     OptionSpec {
         key: "latency",
@@ -466,16 +480,12 @@ pub static OPTIONS: &[OptionSpec] = &[
         },
         get: |o| o.latency.map(swap_backend::units::format_duration),
     },
-    OptionSpec {
+    choice_option! {
         key: "fallback",
         flag: flag("fallback", "none|local"),
+        field: fallback,
         values: "what to do without far memory: `none`, the JVM does not start when a memory server cannot be used at start-up (and stops when its heap cannot be paged), or `local`, one line saying why and the JVM runs on local memory (evicted pages in its own memory, or the heap wholly local)",
         default: "`none`",
-        set: |o, v| {
-            o.fallback = choice(v)?;
-            Ok(())
-        },
-        get: |o| named(o.fallback, Options::default().fallback),
     },
     OptionSpec {
         key: "metrics",
@@ -488,49 +498,38 @@ pub static OPTIONS: &[OptionSpec] = &[
         },
         get: |o| o.metrics.map(|a| a.to_string()),
     },
-    OptionSpec {
+    text_option! {
         key: "metrics_file",
         flag: flag("metrics-file", "PATH"),
+        field: metrics_file,
+        check: text,
         values: "where the agent writes its metrics address, as a Prometheus file-based discovery target (`[{\"targets\": [\"HOST:PORT\"], \"labels\": {...}}]`), removed at exit; `%p`, `%h` and a directory ending in `/` as for `stats` (a job's executors each write `memliner-HOST-PID.metrics.json` there); `memliner stats PID --every` and `memliner top` find JVMs' metrics through it",
         default: "`memliner-HOST-PID.metrics.json` in the JVM's `TMPDIR`, else /tmp",
-        set: |o, v| {
-            o.metrics_file = text(v)?;
-            Ok(())
-        },
-        get: |o| o.metrics_file.clone(),
     },
-    OptionSpec {
+    text_option! {
         key: "job",
         flag: flag("job", "NAME"),
+        field: job,
+        check: label_text,
         values: "a `job` label on every metric of this JVM (and in its `metrics_file`)",
         default: "none",
-        set: |o, v| {
-            o.job = label_text(v)?;
-            Ok(())
-        },
-        get: |o| o.job.clone(),
     },
-    OptionSpec {
+    text_option! {
         key: "instance",
         flag: flag("instance", "NAME"),
+        field: instance,
+        check: label_text,
         values: "an `instance` label on every metric of this JVM (and in its `metrics_file`)",
         default: "none",
-        set: |o, v| {
-            o.instance = label_text(v)?;
-            Ok(())
-        },
-        get: |o| o.instance.clone(),
     },
-    OptionSpec {
+    number_option! {
         key: "probe",
         flag: None,
+        field: probe_ms,
+        range: 0..=60_000,
+        expected: "an interval in ms from 0 (off) to 60000",
         values: "interval in ms of the latency probe (one remote fault timed as the faulting thread sees it), `0` turns it off",
         default: "`10`",
-        set: |o, v| {
-            o.probe_ms = number(v, 0..=60_000, "an interval in ms from 0 (off) to 60000")?;
-            Ok(())
-        },
-        get: |o| (o.probe_ms != Options::default().probe_ms).then(|| o.probe_ms.to_string()),
     },
 ];
 

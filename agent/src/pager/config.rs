@@ -30,12 +30,6 @@ pub enum Replacement {
     Fifo,
 }
 
-impl Replacement {
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-}
-
 /// How long the sampling window (the inactive list of unmapped pages) is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Window {

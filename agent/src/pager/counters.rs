@@ -143,10 +143,6 @@ pub enum Role {
 
 impl Role {
     pub const ALL: &'static [Role] = <Role as strum::VariantArray>::VARIANTS;
-
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
 }
 
 /// Quiet time in the concurrent GC threads' faults that ends a concurrent cycle.
