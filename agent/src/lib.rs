@@ -25,13 +25,35 @@ macro_rules! named {
     )*};
 }
 
+/// An enum whose values options and documents name in lower case (`policy=memliner`,
+/// `"delivery": "signal"`): its derives, its names (`strum` for parsing and the choices an error
+/// lists, `serde` for the stats document) and `named!`'s `name()` and `Display`, in one place.
+macro_rules! lowercase_enum {
+    ($(#[$m:meta])* $vis:vis enum $name:ident { $($body:tt)* }) => {
+        $(#[$m])*
+        #[derive(
+            Clone,
+            Copy,
+            Debug,
+            PartialEq,
+            Eq,
+            serde::Serialize,
+            serde::Deserialize,
+            strum::EnumString,
+            strum::IntoStaticStr,
+            strum::VariantNames,
+        )]
+        #[serde(rename_all = "lowercase")]
+        #[strum(serialize_all = "lowercase")]
+        $vis enum $name { $($body)* }
+
+        named!($name);
+    };
+}
+
 named!(
-    model::FaultDelivery,
-    model::Discovery,
     model::ThreadClass,
     model::FaultKind,
-    options::Policy,
-    pager::Replacement,
     pager::Role,
     gc_layout::Reason
 );

@@ -44,38 +44,22 @@ impl ThreadClass {
     }
 }
 
-/// How faults reach the code that serves them; the stats document names it as `name` does
-/// (`named!` in lib.rs).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantNames,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum FaultDelivery {
-    /// As a SIGBUS to the faulting thread, which serves its own fault.
-    Signal,
-    /// As userfaultfd events, to fault-handler threads that wake the faulting thread.
-    Thread,
+lowercase_enum! {
+    /// How faults reach the code that serves them; the stats document names it as `name` does.
+    pub enum FaultDelivery {
+        /// As a SIGBUS to the faulting thread, which serves its own fault.
+        Signal,
+        /// As userfaultfd events, to fault-handler threads that wake the faulting thread.
+        Thread,
+    }
 }
 
-/// How the heap was found: HotSpot's serviceability tables, or a guess from /proc/self/maps.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, strum::IntoStaticStr,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum Discovery {
-    VmStructs,
-    Maps,
+lowercase_enum! {
+    /// How the heap was found: HotSpot's serviceability tables, or a guess from /proc/self/maps.
+    pub enum Discovery {
+        VmStructs,
+        Maps,
+    }
 }
 
 /// Tells the pager which class a faulting thread belongs to.

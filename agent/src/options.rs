@@ -17,28 +17,16 @@ use swap_backend::ServerUrl;
 
 pub use crate::model::FaultDelivery;
 
-/// Paging policy; the stats document names it as `name` does.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantNames,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum Policy {
-    /// GC-aware paging (see `policy::MemLiner`).
-    MemLiner,
-    /// Runtime-agnostic paging, like kernel swap.
-    Baseline,
-    /// Load, classify threads and write stats, but do not page the heap.
-    Off,
+lowercase_enum! {
+    /// Paging policy; the stats document names it as `name` does.
+    pub enum Policy {
+        /// GC-aware paging (see `policy::MemLiner`).
+        MemLiner,
+        /// Runtime-agnostic paging, like kernel swap.
+        Baseline,
+        /// Load, classify threads and write stats, but do not page the heap.
+        Off,
+    }
 }
 
 /// How much of the heap may be resident.
@@ -92,39 +80,27 @@ impl FromStr for Budget {
     }
 }
 
-/// Log verbosity.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantNames,
-)]
-#[strum(serialize_all = "lowercase")]
-pub enum LogLevel {
-    Error = 0,
-    Warn = 1,
-    Info = 2,
-    Debug = 3,
+lowercase_enum! {
+    /// Log verbosity.
+    #[derive(PartialOrd, Ord)]
+    pub enum LogLevel {
+        Error = 0,
+        Warn = 1,
+        Info = 2,
+        Debug = 3,
+    }
 }
 
-/// Which written pages the pager tracks (`dirty=`).
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr, strum::VariantNames,
-)]
-#[strum(serialize_all = "lowercase")]
-pub enum Dirty {
-    /// Track per thread class while it pays (`memliner`; `baseline` tracks).
-    Auto,
-    /// Write-protect pages mapped on a read: clean pages are dropped without a write-back.
-    Track,
-    /// No write faults; every evicted page is written back.
-    Assume,
+lowercase_enum! {
+    /// Which written pages the pager tracks (`dirty=`).
+    pub enum Dirty {
+        /// Track per thread class while it pays (`memliner`; `baseline` tracks).
+        Auto,
+        /// Write-protect pages mapped on a read: clean pages are dropped without a write-back.
+        Track,
+        /// No write faults; every evicted page is written back.
+        Assume,
+    }
 }
 
 impl Dirty {
@@ -139,31 +115,27 @@ impl Dirty {
     }
 }
 
-/// What one prefetch stream follows (`streams=`).
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr, strum::VariantNames,
-)]
-#[strum(serialize_all = "lowercase")]
-pub enum Streams {
-    Thread,
-    Class,
+lowercase_enum! {
+    /// What one prefetch stream follows (`streams=`).
+    pub enum Streams {
+        Thread,
+        Class,
+    }
 }
 
 /// How the reclaimer picks victims (`reclaim=`).
 pub use crate::pager::Replacement as Reclaim;
 
-/// What the agent does when it cannot give the JVM far memory (`fallback=`).
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr, strum::VariantNames,
-)]
-#[strum(serialize_all = "lowercase")]
-pub enum Fallback {
-    /// Refuse to start (at load: the memory server cannot be used) or stop the JVM (at VM
-    /// start: the heap cannot be paged), with the reason.
-    None,
-    /// Warn and run without far memory: evicted pages stay in the JVM's own memory, or the
-    /// heap stays wholly local.
-    Local,
+lowercase_enum! {
+    /// What the agent does when it cannot give the JVM far memory (`fallback=`).
+    pub enum Fallback {
+        /// Refuse to start (at load: the memory server cannot be used) or stop the JVM (at VM
+        /// start: the heap cannot be paged), with the reason.
+        None,
+        /// Warn and run without far memory: evicted pages stay in the JVM's own memory, or the
+        /// heap stays wholly local.
+        Local,
+    }
 }
 
 /// One agent option: its key, the `memliner run` flag that sets it, what it takes and its

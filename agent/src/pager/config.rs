@@ -6,28 +6,16 @@ use std::time::Duration;
 use crate::model::FaultDelivery;
 use crate::policy::PagingPolicy;
 
-/// How the reclaimer chooses victims (`lru`, `fifo` in options and stats).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantNames,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum Replacement {
-    /// The kernel's two lists with working-set detection and references sampled by unmapping
-    /// (see `reclaim::lists`).
-    Lru,
-    /// Arrival order: no sampling, no working-set detection (pages written while mapped still
-    /// get a second chance). For comparison.
-    Fifo,
+lowercase_enum! {
+    /// How the reclaimer chooses victims (`lru`, `fifo` in options and stats).
+    pub enum Replacement {
+        /// The kernel's two lists with working-set detection and references sampled by unmapping
+        /// (see `reclaim::lists`).
+        Lru,
+        /// Arrival order: no sampling, no working-set detection (pages written while mapped still
+        /// get a second chance). For comparison.
+        Fifo,
+    }
 }
 
 /// How long the sampling window (the inactive list of unmapped pages) is.
