@@ -231,21 +231,24 @@ fn serve_metrics(rt: &'static Runtime) {
         &target_host,
         std::env::var("TMPDIR").ok().as_deref(),
     );
-    let mut labels = serde_json::Map::new();
-    labels.insert("pid".into(), std::process::id().to_string().into());
-    labels.insert("host".into(), target_host.into());
+    let mut group = stats::metrics::TargetGroup {
+        targets: vec![target],
+        ..Default::default()
+    };
+    group
+        .labels
+        .insert("pid".into(), std::process::id().to_string());
+    group.labels.insert("host".into(), target_host);
     for (k, v) in [("job", &rt.options.job), ("instance", &rt.options.instance)] {
         if let Some(v) = v {
-            labels.insert(k.into(), v.clone().into());
+            group.labels.insert(k.into(), v.clone());
         }
     }
-    let doc = serde_json::json!([{ "targets": [target], "labels": labels }]);
     if let Some(dir) = std::path::Path::new(&path).parent() {
         let _ = std::fs::create_dir_all(dir);
     }
     let tmp = format!("{path}.tmp{}", std::process::id());
-    if let Err(e) =
-        std::fs::write(&tmp, format!("{doc}\n")).and_then(|_| std::fs::rename(&tmp, &path))
+    if let Err(e) = std::fs::write(&tmp, group.to_file()).and_then(|_| std::fs::rename(&tmp, &path))
     {
         eprintln!("memliner: cannot write the metrics target file {path}: {e}");
     }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use memliner_agent::options;
 use memliner_agent::stats::doc::StatsDoc;
+use memliner_agent::stats::metrics::TargetGroup;
 
 use crate::locate::AGENT_FILE;
 
@@ -324,11 +325,8 @@ pub fn metrics_target(pid: u32) -> Result<String, LiveError> {
         pid,
         path: Some(path.clone()),
     };
-    let text = std::fs::read_to_string(&path).map_err(|_| missing())?;
-    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|_| missing())?;
-    doc[0]["targets"][0]
-        .as_str()
-        .map(str::to_string)
+    TargetGroup::read(&path)
+        .and_then(|g| g.addr().map(str::to_string))
         .ok_or_else(missing)
 }
 

@@ -405,10 +405,8 @@ fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
     // While it runs, its /metrics shows one server up and one down.
     let mut page = None;
     while !jvm.is_finished() && page.is_none() {
-        let addr = std::fs::read_to_string(&target)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| Some(v[0]["targets"][0].as_str()?.to_string()));
+        let addr = memliner_agent::stats::metrics::TargetGroup::read(&target)
+            .and_then(|g| g.addr().map(str::to_string));
         page = addr
             .and_then(|a| memliner_cli::scrape::get(&a, Duration::from_secs(5)).ok())
             .filter(|p| p.find("memliner_jvm_server_up", &[]).count() == 2);

@@ -1690,12 +1690,8 @@ fn target_file(name: &str) -> PathBuf {
 fn wait_for_target(file: &Path, done: impl Fn() -> bool) -> Option<(u32, String)> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        if let Some(t) = std::fs::read_to_string(file)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        {
-            let pid = t[0]["labels"]["pid"].as_str()?.parse().ok()?;
-            return Some((pid, t[0]["targets"][0].as_str()?.to_string()));
+        if let Some(g) = memliner_agent::stats::metrics::TargetGroup::read(file) {
+            return Some((g.pid()?, g.addr()?.to_string()));
         }
         if done() || std::time::Instant::now() > deadline {
             return None;
@@ -1727,20 +1723,30 @@ fn assert_monotonic(before: &memliner_cli::scrape::Page, now: &memliner_cli::scr
     }
 }
 
-#[test]
-fn a_paging_jvm_serves_metrics_whose_counters_only_grow() {
-    use memliner_cli::scrape;
-    let file = target_file("scraped");
+/// Graph at 25% serving `/metrics` on a free port (with `job`), on a thread of its own;
+/// returns it with its pid, its metrics address and its target file, once it has written it.
+fn graph_serving_metrics(
+    name: &str,
+    job: Option<&str>,
+) -> (std::thread::JoinHandle<RunOutcome>, u32, String, PathBuf) {
+    let file = target_file(name);
     let cfg = RunConfig::default().local(25).with(|o| {
         o.metrics = Some("127.0.0.1:0".parse().unwrap());
         o.metrics_file = Some(file.display().to_string());
-        o.job = Some("tests".into());
+        o.job = job.map(str::to_string);
     });
     let jvm = std::thread::spawn(move || {
         launch(&cfg, &command(Workload::Graph, "G1", HEAP), true).unwrap()
     });
     let (pid, addr) =
         wait_for_target(&file, || jvm.is_finished()).expect("the agent wrote its target file");
+    (jvm, pid, addr, file)
+}
+
+#[test]
+fn a_paging_jvm_serves_metrics_whose_counters_only_grow() {
+    use memliner_cli::scrape;
+    let (jvm, pid, addr, file) = graph_serving_metrics("scraped", Some("tests"));
     let mut pages: Vec<scrape::Page> = Vec::new();
     while !jvm.is_finished() {
         // Scraped as fast as it answers: a scrape must never hold up the JVM.
@@ -1874,16 +1880,7 @@ fn a_busy_metrics_port_is_one_line_and_the_jvm_runs() {
 
 #[test]
 fn stats_every_streams_a_line_per_interval_until_the_jvm_exits() {
-    let file = target_file("every");
-    let cfg = RunConfig::default().local(25).with(|o| {
-        o.metrics = Some("127.0.0.1:0".parse().unwrap());
-        o.metrics_file = Some(file.display().to_string());
-    });
-    let jvm = std::thread::spawn(move || {
-        launch(&cfg, &command(Workload::Graph, "G1", HEAP), true).unwrap()
-    });
-    let (pid, _) =
-        wait_for_target(&file, || jvm.is_finished()).expect("the agent wrote its target file");
+    let (jvm, pid, _, _) = graph_serving_metrics("every", None);
     let every = memliner()
         .args(["stats", &pid.to_string(), "--every", "200ms"])
         .output()

@@ -908,10 +908,8 @@ impl Scraper {
                 // Until the agent names its port: look every 50 ms; then scrape each second.
                 let pause = match &addr {
                     None => {
-                        addr = std::fs::read_to_string(&file)
-                            .ok()
-                            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                            .and_then(|v| v[0]["targets"][0].as_str().map(str::to_string));
+                        addr = memliner_agent::stats::metrics::TargetGroup::read(&file)
+                            .and_then(|g| g.addr().map(str::to_string));
                         std::time::Duration::from_millis(50)
                     }
                     Some(a) => {
