@@ -21,6 +21,7 @@
 
 #![allow(unsafe_code)]
 
+use crate::gc_activity::{RegionKind, RegionMap, RegionSpan};
 use crate::vmstructs::VmStructs;
 
 /// Why a range holds nothing live; the stats name it as `name` does.
@@ -68,6 +69,9 @@ enum Layout {
         /// Offset of the region's type tag.
         tag: usize,
         free_tag: i32,
+        /// The type tag's young, humongous and old bits, for the regions' kinds at a pause's
+        /// start (`None`: this JVM does not describe them; pauses go unattributed).
+        masks: Option<TagMasks>,
     },
     /// Spaces reached through pointer chains from a root (Parallel, Serial).
     Spaces {
@@ -85,6 +89,14 @@ enum Layout {
     },
 }
 
+/// G1's region type bits (`HeapRegionType::YoungMask`, ...).
+#[derive(Clone, Copy, Debug)]
+struct TagMasks {
+    young: i32,
+    humongous: i32,
+    old: i32,
+}
+
 /// A space as `*(*(root) + gen) + space` (each step a pointer load).
 #[derive(Clone, Copy, Debug)]
 struct SpacePath {
@@ -92,6 +104,8 @@ struct SpacePath {
     generation_slot: usize,
     /// Offset of the space pointer in the generation.
     space: usize,
+    /// Eden or a survivor space (else the old generation).
+    young: bool,
 }
 
 /// A generational heap's spaces (Parallel, Serial): eden, from- and to-space through the
@@ -107,10 +121,12 @@ fn generational(
         .map(|&s| SpacePath {
             generation_slot: young,
             space: s,
+            young: true,
         })
         .chain([SpacePath {
             generation_slot: old.0,
             space: old.1,
+            young: false,
         }])
         .collect();
     Layout::Spaces { spaces, space }
@@ -161,6 +177,20 @@ impl GcLayout {
                     tag: ty + tag,
                     free_tag: vm
                         .int_constant(&["HeapRegionType::FreeTag", "G1HeapRegionType::FreeTag"])?,
+                    masks: (|| {
+                        let c = |n: &str| {
+                            vm.int_constant(&[
+                                &format!("HeapRegionType::{n}") as &str,
+                                &format!("G1HeapRegionType::{n}"),
+                            ])
+                        };
+                        Ok::<_, String>(TagMasks {
+                            young: c("YoungMask")?,
+                            humongous: c("HumongousMask")?,
+                            old: c("OldMask")?,
+                        })
+                    })()
+                    .ok(),
                 }
             }
             "Parallel" => {
@@ -236,6 +266,121 @@ impl GcLayout {
         self.collector
     }
 
+    /// The heap's regions and their kinds now (for attributing a pause's faults); empty for a
+    /// collector whose kinds are not read (Shenandoah) or a JVM that does not describe them.
+    ///
+    /// # Safety
+    /// Call only at a safepoint (a JVMTI GarbageCollectionStart or Finish callback), as
+    /// `dead_ranges`.
+    pub unsafe fn region_map(&self) -> RegionMap {
+        let mut spans = Vec::new();
+        // SAFETY: as in `dead_ranges`: the VM's own structures at offsets it describes, at a
+        // safepoint (the caller's contract).
+        unsafe {
+            match &self.layout {
+                Layout::G1 {
+                    masks: Some(m),
+                    free_tag,
+                    ..
+                } => self.g1_regions(|bottom, end, _, tag| {
+                    let kind = if tag == *free_tag {
+                        RegionKind::Free
+                    } else if tag & m.young != 0 {
+                        RegionKind::Young
+                    } else if tag & m.humongous != 0 {
+                        RegionKind::Humongous
+                    } else if tag & m.old != 0 {
+                        RegionKind::Old
+                    } else {
+                        return; // archive regions: never collected, never read by a pause
+                    };
+                    spans.push(RegionSpan {
+                        start: bottom,
+                        end,
+                        kind,
+                    });
+                }),
+                Layout::Spaces { spaces, space } => {
+                    for s in spaces {
+                        if let Some((bottom, _, end)) = Self::space(s, space) {
+                            spans.push(RegionSpan {
+                                start: bottom,
+                                end,
+                                kind: if s.young {
+                                    RegionKind::Young
+                                } else {
+                                    RegionKind::Old
+                                },
+                            });
+                        }
+                    }
+                }
+                Layout::G1 { masks: None, .. } | Layout::Shenandoah { .. } => {}
+            }
+        }
+        RegionMap::new(spans)
+    }
+
+    /// Calls `f(bottom, end, top, tag)` for each committed G1 region.
+    ///
+    /// # Safety
+    /// As `dead_ranges`; `self` is a G1 layout.
+    unsafe fn g1_regions(&self, mut f: impl FnMut(usize, usize, usize, i32)) {
+        let Layout::G1 {
+            heap,
+            table,
+            base,
+            length,
+            region,
+            tag,
+            ..
+        } = &self.layout
+        else {
+            return;
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            let t = heap + table;
+            let (array, n) = (word(t + base), word(t + length));
+            for i in 0..n {
+                let r = word(array + i * std::mem::size_of::<usize>());
+                if r == 0 {
+                    continue; // never committed
+                }
+                f(
+                    word(r + region.bottom),
+                    word(r + region.end),
+                    word(r + region.top),
+                    ((r + tag) as *const i32).read_volatile(),
+                );
+            }
+        }
+    }
+
+    /// A generational space's `(bottom, top, end)`, if it exists and is consistent.
+    ///
+    /// # Safety
+    /// As `dead_ranges`.
+    unsafe fn space(s: &SpacePath, space: &Bounds) -> Option<(usize, usize, usize)> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let generation = word(s.generation_slot);
+            if generation == 0 {
+                return None;
+            }
+            let sp = word(generation + s.space);
+            if sp == 0 {
+                return None;
+            }
+            let (bottom, top, end) = (
+                word(sp + space.bottom),
+                word(sp + space.top),
+                word(sp + space.end),
+            );
+            (bottom <= top && top <= end).then_some((bottom, top, end))
+        }
+    }
+
     /// Appends the ranges that hold nothing live now to `out`.
     ///
     /// # Safety
@@ -258,50 +403,20 @@ impl GcLayout {
         // contract), while they do not change.
         unsafe {
             match &self.layout {
-                Layout::G1 {
-                    heap,
-                    table,
-                    base,
-                    length,
-                    region,
-                    tag,
-                    free_tag,
-                } => {
-                    let t = heap + table;
-                    let (array, n) = (word(t + base), word(t + length));
-                    for i in 0..n {
-                        let r = word(array + i * std::mem::size_of::<usize>());
-                        if r == 0 {
-                            continue; // never committed
-                        }
-                        let (bottom, end) = (word(r + region.bottom), word(r + region.end));
-                        if ((r + tag) as *const i32).read_volatile() == *free_tag {
-                            out.push(DeadRange {
-                                start: bottom,
-                                end,
-                                reason: Reason::FreeRegion,
-                            });
-                        } else {
-                            above_top(out, word(r + region.top), end);
-                        }
+                Layout::G1 { free_tag, .. } => self.g1_regions(|bottom, end, top, tag| {
+                    if tag == *free_tag {
+                        out.push(DeadRange {
+                            start: bottom,
+                            end,
+                            reason: Reason::FreeRegion,
+                        });
+                    } else {
+                        above_top(out, top, end);
                     }
-                }
+                }),
                 Layout::Spaces { spaces, space } => {
                     for s in spaces {
-                        let generation = word(s.generation_slot);
-                        if generation == 0 {
-                            continue;
-                        }
-                        let sp = word(generation + s.space);
-                        if sp == 0 {
-                            continue;
-                        }
-                        let (bottom, top, end) = (
-                            word(sp + space.bottom),
-                            word(sp + space.top),
-                            word(sp + space.end),
-                        );
-                        if bottom <= top && top <= end {
+                        if let Some((_, top, end)) = Self::space(s, space) {
                             above_top(out, top, end);
                         }
                     }
@@ -393,9 +508,28 @@ mod tests {
                 ("G1HeapRegion", "_type", false, ty as u64 * w, 0),
                 ("G1HeapRegionType", "_tag", false, 0, 0),
             ],
-            &[("G1HeapRegionType::FreeTag", 0)],
+            &[
+                ("G1HeapRegionType::FreeTag", 0),
+                ("G1HeapRegionType::YoungMask", 2),
+                ("G1HeapRegionType::HumongousMask", 4),
+                ("G1HeapRegionType::OldMask", 16),
+            ],
         );
         let l = GcLayout::find(&vm, "G1").unwrap();
+        // The regions' kinds, for attributing a pause's faults.
+        // SAFETY: as below.
+        let map = unsafe { l.region_map() };
+        let kinds: Vec<Option<RegionKind>> =
+            (0..4).map(|i| map.kind_at(base + i * region)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                Some(RegionKind::Free),
+                Some(RegionKind::Old),
+                Some(RegionKind::Young),
+                None
+            ]
+        );
         let mut out = Vec::new();
         // SAFETY: the fake structures above stand for a VM at a safepoint.
         unsafe { l.dead_ranges(&mut out) };

@@ -54,10 +54,12 @@ macro_rules! lowercase_enum {
 named!(
     model::ThreadClass,
     model::FaultKind,
+    gc_activity::GcActivity,
     pager::Role,
     gc_layout::Reason
 );
 
+pub mod gc_activity;
 pub mod gc_layout;
 pub mod heap;
 pub mod hooks;
@@ -67,6 +69,7 @@ pub mod maps;
 pub mod model;
 pub mod options;
 pub mod pager;
+pub mod perfdata;
 pub mod policy;
 pub mod prefetch;
 mod runtime;

@@ -1,5 +1,8 @@
 //! The vocabulary the pager, the policies, the thread classifier and the stats share: who
-//! faulted and how a fault was served. A leaf module: it imports nothing of the agent.
+//! faulted and how a fault was served. A leaf module: it imports nothing of the agent but the
+//! collector's activities (`gc_activity`, itself a leaf).
+
+use crate::gc_activity::GcActivity;
 
 /// Who faulted, as the pager counts it; the stats document names it as `name` does.
 #[derive(
@@ -78,6 +81,8 @@ pub enum ThreadKind {
     Fixed(ThreadClass),
     /// A GC worker that runs both inside pauses and concurrently (Shenandoah, G1 workers).
     GcWorker,
+    /// A concurrent GC thread, and what it does (its name says).
+    GcConcurrent(GcActivity),
     /// Not known yet (a Java thread may not have announced itself): ask again next time.
     Unknown,
 }

@@ -16,7 +16,7 @@ use std::time::Instant;
 use crate::logging::log;
 use crate::options::{self, LogLevel, Options, Policy};
 use crate::pager::{Pager, PagerConfig};
-use crate::{gc_layout, heap, hooks, jvmti, model, policy, stats, threads};
+use crate::{gc_activity, gc_layout, heap, hooks, jvmti, model, perfdata, policy, stats, threads};
 use swap_backend::fabric::FabricStore;
 use swap_backend::{
     ClientOptions, LocalStore, Member, PageStore, ReplicatedStore, Scheme, ServerUrl, TcpStore,
@@ -45,6 +45,10 @@ struct Runtime {
     heap: OnceLock<stats::HeapInfo>,
     /// The collector's dead space, read at the end of each collection (`dead=drop`).
     layout: OnceLock<gc_layout::GcLayout>,
+    /// The regions' kinds when the pause under way started (for attributing its faults).
+    pause_regions: Mutex<gc_activity::RegionMap>,
+    /// The JVM's collector counters: which kind of pause ended.
+    pause_counters: OnceLock<perfdata::PauseCounters>,
     gc: stats::GcTimes,
     started: Instant,
     /// The `/metrics` listener and the target file naming it (`metrics=`).
@@ -168,6 +172,8 @@ fn load(options_str: &str) -> Result<(), String> {
         pager: OnceLock::new(),
         heap: OnceLock::new(),
         layout: OnceLock::new(),
+        pause_regions: Mutex::default(),
+        pause_counters: OnceLock::new(),
         gc: stats::GcTimes::default(),
         started: Instant::now(),
         metrics: OnceLock::new(),
@@ -356,6 +362,15 @@ fn start_paging(rt: &'static Runtime) -> Result<(), String> {
         spans: found.spans.len(),
         dead_why_not,
     });
+    match perfdata::PauseCounters::open() {
+        Ok(c) => {
+            let _ = rt.pause_counters.set(c);
+        }
+        Err(why) => log!(
+            LogLevel::Info,
+            "full collections are not told from young ones in the GC fault attribution: {why}"
+        ),
+    }
     let _ = rt.pager.set(pager);
     if let Some(p) = rt.pager.get() {
         hooks::attach(p);
@@ -476,6 +491,11 @@ unsafe extern "C" fn on_gc_start(_: *mut jvmti::JvmtiEnv) {
     // No allocation or locking beyond a short mutex: the VM is at a safepoint.
     guarded("GarbageCollectionStart", || {
         if let Some(rt) = RUNTIME.get() {
+            if let Some(l) = rt.layout.get() {
+                // SAFETY: this is the GarbageCollectionStart callback, which HotSpot runs at
+                // the safepoint that starts the collection.
+                *rt.pause_regions.lock().unwrap() = unsafe { l.region_map() };
+            }
             rt.threads.set_in_pause(true);
             rt.gc.pause_started();
         }
@@ -486,17 +506,31 @@ unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
     guarded("GarbageCollectionFinish", || {
         if let Some(rt) = RUNTIME.get() {
             rt.threads.set_in_pause(false);
+            let kind = rt
+                .pause_counters
+                .get()
+                .map_or(gc_activity::PauseKind::Incremental, |c| c.pause_ended());
             if let Some(p) = rt.pager.get() {
+                let mut dead = Vec::new();
                 if let Some(l) = rt.layout.get() {
-                    let mut dead = Vec::new();
                     // SAFETY: this is the GarbageCollectionFinish callback, which HotSpot runs
                     // at the safepoint that ends the collection.
                     unsafe { l.dead_ranges(&mut dead) };
                     p.release_dead(&dead);
                 }
-                p.gc_pause_finished();
+                let free: Vec<(usize, usize)> = dead
+                    .iter()
+                    .filter(|r| r.reason == gc_layout::Reason::FreeRegion)
+                    .map(|r| (r.start, r.end))
+                    .collect();
+                let start = std::mem::take(&mut *rt.pause_regions.lock().unwrap());
+                p.gc_pause_finished(Some(&gc_activity::PauseFacts {
+                    kind,
+                    start: &start,
+                    free_at_end: &free,
+                }));
             }
-            rt.gc.pause_finished();
+            rt.gc.pause_finished(kind);
         }
     })
 }

@@ -8,15 +8,19 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use crate::gc_activity::GcActivity;
 use crate::model::{ThreadClass, ThreadClassifier, ThreadKind};
 
 /// Kernel thread names (`/proc/self/task/TID/comm`, at most 15 bytes) of HotSpot's own threads.
 pub fn kind_by_name(name: &str) -> Option<ThreadKind> {
     const GC_WORKERS: &[&str] = &["GC Thread#", "Shenandoah GC T", "ParGC Thread#"];
-    const GC_CONCURRENT: &[&str] = &[
-        "G1 Conc#",
-        "G1 Main Marker",
-        "G1 Refine#",
+    // Concurrent GC threads by what they do.
+    const GC_CONCURRENT: &[(&str, GcActivity)] = &[
+        ("G1 Conc#", GcActivity::ConcurrentMark),
+        ("G1 Main Marker", GcActivity::ConcurrentMark),
+        ("G1 Refine#", GcActivity::ConcurrentRefinement),
+    ];
+    const GC_CONCURRENT_OTHER: &[&str] = &[
         "G1 Service",
         "G1 Uncommit",
         "Shenandoah Cont",
@@ -36,8 +40,10 @@ pub fn kind_by_name(name: &str) -> Option<ThreadKind> {
     let starts = |l: &[&str]| l.iter().any(|p| name.starts_with(p));
     if starts(GC_WORKERS) {
         Some(ThreadKind::GcWorker)
-    } else if starts(GC_CONCURRENT) {
-        Some(ThreadKind::Fixed(ThreadClass::GcConcurrent))
+    } else if let Some(&(_, a)) = GC_CONCURRENT.iter().find(|(p, _)| name.starts_with(p)) {
+        Some(ThreadKind::GcConcurrent(a))
+    } else if starts(GC_CONCURRENT_OTHER) {
+        Some(ThreadKind::GcConcurrent(GcActivity::ConcurrentOther))
     } else if starts(JIT) {
         Some(ThreadKind::Fixed(ThreadClass::Jit))
     } else if starts(VM) {
@@ -111,11 +117,19 @@ mod tests {
         assert_eq!(kind_by_name("Shenandoah GC T"), Some(ThreadKind::GcWorker));
         assert_eq!(
             kind_by_name("G1 Conc#0"),
-            Some(ThreadKind::Fixed(ThreadClass::GcConcurrent))
+            Some(ThreadKind::GcConcurrent(GcActivity::ConcurrentMark))
+        );
+        assert_eq!(
+            kind_by_name("G1 Main Marker"),
+            Some(ThreadKind::GcConcurrent(GcActivity::ConcurrentMark))
         );
         assert_eq!(
             kind_by_name("G1 Refine#0"),
-            Some(ThreadKind::Fixed(ThreadClass::GcConcurrent))
+            Some(ThreadKind::GcConcurrent(GcActivity::ConcurrentRefinement))
+        );
+        assert_eq!(
+            kind_by_name("G1 Service"),
+            Some(ThreadKind::GcConcurrent(GcActivity::ConcurrentOther))
         );
         assert_eq!(
             kind_by_name("C2 CompilerThre"),

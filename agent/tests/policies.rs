@@ -281,7 +281,7 @@ fn pages_a_pause_brought_in_go_cold_when_it_ends() {
         map[500..564].iter().all(|r| *r == 0),
         "the pause keeps its pages"
     );
-    pager.gc_pause_finished();
+    pager.gc_pause_finished(None);
     // The application resumes on its working set and more: the pause's pages go first.
     for round in 2..4 {
         for p in 0..HOT {

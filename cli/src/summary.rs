@@ -58,9 +58,23 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
         }
     ));
     if let Some(share) = faults.gc_share_of_remote {
+        // What the collector was doing, largest first: its remote faults and the time its
+        // threads waited on them.
+        let mut by: Vec<_> = stats
+            .gc_faults
+            .iter()
+            .filter(|(_, a)| a.remote > 0)
+            .collect();
+        by.sort_by_key(|(_, a)| std::cmp::Reverse(a.remote));
+        let by: Vec<String> = by
+            .iter()
+            .map(|(k, a)| format!("{k} {} ({:.2} s)", a.remote, a.wait_ms / 1e3))
+            .collect();
         out.push(format!(
-            "GC threads caused {:.1}% of remote faults",
-            share * 100.0
+            "GC threads caused {:.1}% of remote faults{}{}",
+            share * 100.0,
+            if by.is_empty() { "" } else { ": " },
+            by.join(", ")
         ));
     }
     let h = &stats.gc_hooks;

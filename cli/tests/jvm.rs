@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
+use memliner_agent::gc_activity::GcActivity;
 use memliner_agent::model::{Discovery, FaultDelivery};
 use memliner_agent::options::{Dirty, Policy};
 use memliner_agent::stats::doc::StatsDoc;
@@ -229,6 +230,41 @@ fn cell_on(
         "{what}: a marker hit is a prefetch-hit fault"
     );
     let gc_remote = faults.by_class.gc.remote + faults.by_class.gc_concurrent.remote;
+    // Every remote fault of a GC thread is attributed once to what the collector was doing
+    // (read before the class counters: a fault being served may be counted there only).
+    let attributed: u64 = s.gc_faults.values().map(|a| a.remote).sum();
+    assert!(
+        attributed <= gc_remote && gc_remote - attributed <= 4,
+        "{what}: {attributed} GC faults attributed of {gc_remote}: {:?}",
+        s.gc_faults
+    );
+    assert_eq!(
+        s.gc.incremental_pauses + s.gc.full_pauses + s.gc.remark_cleanup_pauses,
+        s.gc.pauses,
+        "{what}: every pause has a kind: {:?}",
+        s.gc
+    );
+    let pause_other = s.gc_faults[&GcActivity::PauseOther].remote;
+    if gc != "Shenandoah" {
+        // G1's regions and Parallel's spaces are read at each pause's start: a pause's fault
+        // lies in one of them (a free region's page a pause allocates into is the exception).
+        assert!(
+            pause_other * 20 <= faults.by_class.gc.remote.max(20),
+            "{what}: {pause_other} of {} pause faults unattributed: {:?}",
+            faults.by_class.gc.remote,
+            s.gc_faults
+        );
+    }
+    if gc == "G1" && local < 100 && faults.by_class.gc.remote > 100 {
+        let evacuated = s.gc_faults[&GcActivity::YoungEvacuation].remote
+            + s.gc_faults[&GcActivity::MixedEvacuation].remote
+            + s.gc_faults[&GcActivity::CardScan].remote;
+        assert!(
+            evacuated > 0,
+            "{what}: no young, mixed or card-scan fault: {:?}",
+            s.gc_faults
+        );
+    }
     let cold = pager.cold.evicted;
     if cfg.options.policy == Policy::Baseline {
         assert_eq!(cold, 0, "{what}: baseline has no cold queue");

@@ -25,6 +25,7 @@ use super::os;
 use super::page_table::{Claim, PageState};
 use super::parts::Parts;
 use super::reclaim::Arrival;
+use crate::gc_activity::GcActivity;
 use crate::model::{FaultKind, ThreadClass, ThreadKind};
 use crate::policy::{Admission, Source};
 use crate::uffd::{CopyOutcome, Event};
@@ -37,6 +38,8 @@ struct Fault {
     write: bool,
     tid: u32,
     class: ThreadClass,
+    /// What a concurrent GC thread does (a pause's work is told when the pause ends).
+    activity: Option<GcActivity>,
     /// When the handler read the event (handler-side latency starts here).
     started: Instant,
 }
@@ -226,10 +229,11 @@ impl<'a> Handler<'a> {
         }
     }
 
-    fn class_of(&mut self, tid: u32) -> ThreadClass {
+    /// The class of thread `tid`, and what it does if it is a concurrent GC thread.
+    fn class_of(&mut self, tid: u32) -> (ThreadClass, Option<GcActivity>) {
         let ctx = &*self.p.ctx;
         if tid == ctx.probe_tid.load(Ordering::Relaxed) {
-            return ThreadClass::Other;
+            return (ThreadClass::Other, None);
         }
         let kind = match self.cached_kind(tid) {
             Some(k) => k,
@@ -241,16 +245,14 @@ impl<'a> Handler<'a> {
                 k
             }
         };
+        let concurrent = (ThreadClass::GcConcurrent, Some(GcActivity::ConcurrentOther));
         match kind {
-            ThreadKind::Fixed(c) => c,
-            ThreadKind::GcWorker => {
-                if ctx.classifier.in_gc_pause() {
-                    ThreadClass::Gc
-                } else {
-                    ThreadClass::GcConcurrent
-                }
-            }
-            ThreadKind::Unknown => ThreadClass::Other,
+            ThreadKind::Fixed(ThreadClass::GcConcurrent) => concurrent,
+            ThreadKind::Fixed(c) => (c, None),
+            ThreadKind::GcConcurrent(a) => (ThreadClass::GcConcurrent, Some(a)),
+            ThreadKind::GcWorker if ctx.classifier.in_gc_pause() => (ThreadClass::Gc, None),
+            ThreadKind::GcWorker => concurrent,
+            ThreadKind::Unknown => (ThreadClass::Other, None),
         }
     }
 
@@ -284,7 +286,7 @@ impl<'a> Handler<'a> {
                 let Some(page) = self.p.ctx.page_of(addr) else {
                     return;
                 };
-                let class = self.class_of(tid);
+                let (class, activity) = self.class_of(tid);
                 self.p.phases.note_fault(class, &self.p.ctx.counters);
                 let f = Fault {
                     ev,
@@ -292,6 +294,7 @@ impl<'a> Handler<'a> {
                     write,
                     tid,
                     class,
+                    activity,
                     started,
                 };
                 if wp {
@@ -559,7 +562,8 @@ impl<'a> Handler<'a> {
             // Counted once the read is used: a retried fault reads again.
             ctx.counters.pages_read.fetch_add(1, Ordering::Relaxed);
             self.count(f.class, FaultKind::Remote);
-            self.record_latency(f.started, true);
+            let ns = self.record_latency(f.started, true);
+            self.p.attribution.remote(f.class, f.activity, f.page, ns);
             served.push(f);
         }
         self.fetch_buf = buf;
@@ -645,6 +649,7 @@ impl<'a> Handler<'a> {
             tid,
             class,
             started,
+            ..
         } = f;
         let ctx: &'a Ctx = &self.p.ctx;
         let parts: &'a Parts = self.p;

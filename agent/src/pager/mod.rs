@@ -47,6 +47,7 @@ use crate::maps::Span;
 use crate::model::{FaultDelivery, ThreadClassifier};
 use crate::uffd::{self, Uffd};
 
+mod attribution;
 mod budget;
 mod config;
 mod context;
@@ -63,6 +64,7 @@ mod release;
 mod remap;
 mod signal;
 
+pub use attribution::ActivityCount;
 pub use config::{FatalFn, PagerConfig, Replacement, Window};
 pub use counters::{Latencies, LatencyBuckets, PagerCounters, Role, CYCLE_GAP, LATENCY_BOUNDS_NS};
 pub use reclaim::{Decisions, ListSample, ReclaimCounters, DISTANCE_BUCKETS};
@@ -197,6 +199,8 @@ impl Pager {
             ctx,
             budget,
             phases,
+            // A pause logs at most a heap's worth of faults (each page once, on average).
+            attribution: attribution::Attribution::new(npages.max(1 << 16)),
             reclaim,
             prefetch,
         });
@@ -350,10 +354,22 @@ impl Pager {
     }
 
     /// A stop-the-world GC pause has ended (JVMTI GarbageCollectionFinish): the pages its
-    /// GC threads brought in become cold at the next reclaim. Only an atomic increment, so
-    /// it may be called from the GC's own callback.
-    pub fn gc_pause_finished(&self) {
+    /// GC threads brought in become cold at the next reclaim, and its remote faults are
+    /// attributed by `facts` (`None`: nothing is known of the pause; they are `pause_other`).
+    /// Never blocks on the network: it may be called from the GC's own callback.
+    pub fn gc_pause_finished(&self, facts: Option<&crate::gc_activity::PauseFacts<'_>>) {
+        let ctx = &self.parts.ctx;
+        self.parts
+            .attribution
+            .pause_ended(facts, |p| ctx.page_addr(p));
         self.parts.phases.pause_finished();
+    }
+
+    /// GC threads' remote faults and their waits by the collector's activity
+    /// (`GcActivity::ALL` order); they sum to the `gc` and `gc-concurrent` classes' remote
+    /// faults (read this first, then the fault counters).
+    pub fn gc_faults(&self) -> [ActivityCount; crate::gc_activity::GcActivity::COUNT] {
+        self.parts.attribution.snapshot()
     }
 
     /// A patched collector started (true) or finished (false) concurrent marking (gc-hooks):

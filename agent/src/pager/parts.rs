@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::attribution::Attribution;
 use super::budget::Budget;
 use super::context::Ctx;
 use super::phases::Phases;
@@ -13,6 +14,8 @@ pub(super) struct Parts {
     pub ctx: Arc<Ctx>,
     pub budget: Arc<Budget>,
     pub phases: Arc<Phases>,
+    /// GC threads' remote faults by the collector's activity.
+    pub attribution: Attribution,
     pub reclaim: Arc<Reclaimer>,
     /// `None` when prefetching is off.
     pub prefetch: Option<Arc<Prefetcher>>,

@@ -5,12 +5,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::gc_activity::GcActivity;
 use crate::model::{Discovery, FaultDelivery, ThreadClass};
 use crate::options::Policy;
 use crate::pager::Replacement;
 
 /// Version of the document's layout; bumped when a field changes meaning.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -25,6 +26,9 @@ pub struct StatsDoc {
     pub faults: FaultsDoc,
     pub prefetch: Option<PrefetchDoc>,
     pub gc: GcDoc,
+    /// GC threads' remote faults by the collector's activity (empty with `policy=off`).
+    #[serde(default)]
+    pub gc_faults: GcFaultsDoc,
     /// What a GC-hook patched JVM's collector did (all zero on a stock JVM).
     pub gc_hooks: GcHooksDoc,
     /// The JDK: the patched build's version and patch hash, or the `release` file's runtime
@@ -424,6 +428,28 @@ pub struct GcDoc {
     pub pauses: u64,
     pub pause_total_ms: f64,
     pub pause_max_ms: f64,
+    /// Pauses by kind, as the JVM's collector counters (hsperfdata) say: young and mixed
+    /// collections, full collections, G1's remark and cleanup (all incremental without them).
+    #[serde(default)]
+    pub incremental_pauses: u64,
+    #[serde(default)]
+    pub full_pauses: u64,
+    #[serde(default)]
+    pub remark_cleanup_pauses: u64,
+}
+
+/// GC threads' remote faults by what the collector was doing (`gc_activity`): one entry per
+/// activity, keys as `GcActivity::name`. The entries sum to the `gc` and `gc-concurrent`
+/// classes' remote faults.
+pub type GcFaultsDoc = std::collections::BTreeMap<GcActivity, ActivityDoc>;
+
+/// One activity's remote faults and the time the GC threads spent waiting on them (the
+/// faulting thread's own service time under `faults=signal`, the handler's otherwise).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActivityDoc {
+    pub remote: u64,
+    pub wait_ms: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -609,7 +635,23 @@ impl StatsDoc {
                 pauses: 3,
                 pause_total_ms: 12.0,
                 pause_max_ms: 6.0,
+                incremental_pauses: 2,
+                full_pauses: 0,
+                remark_cleanup_pauses: 1,
             },
+            // The sample's 30 remote faults of the `gc` class.
+            gc_faults: GcActivity::ALL
+                .iter()
+                .map(|&a| {
+                    let remote = match a {
+                        GcActivity::YoungEvacuation => 20,
+                        GcActivity::CardScan => 10,
+                        _ => 0,
+                    };
+                    let wait_ms = remote as f64 * 0.01;
+                    (a, ActivityDoc { remote, wait_ms })
+                })
+                .collect(),
             gc_hooks: GcHooksDoc::default(),
             jdk: "17.0.19+10-1~deb12u2".into(),
             process: ProcessDoc {

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::gc_activity::{GcActivity, PauseKind};
 use crate::model::{FaultKind, ThreadClass};
 use crate::pager::{Pager, Role};
 
@@ -17,6 +18,8 @@ use doc::*;
 #[derive(Debug, Default)]
 pub struct GcTimes {
     pauses: AtomicU64,
+    /// Pauses by `PauseKind`: incremental, full, remark and cleanup.
+    by_kind: [AtomicU64; 3],
     total_ns: AtomicU64,
     max_ns: AtomicU64,
     started: Mutex<Option<Instant>>,
@@ -27,8 +30,9 @@ impl GcTimes {
         *self.started.lock().unwrap() = Some(Instant::now());
     }
 
-    pub fn pause_finished(&self) {
+    pub fn pause_finished(&self, kind: PauseKind) {
         if let Some(t) = self.started.lock().unwrap().take() {
+            self.by_kind[kind as usize].fetch_add(1, Ordering::Relaxed);
             let ns = t.elapsed().as_nanos() as u64;
             self.pauses.fetch_add(1, Ordering::Relaxed);
             self.total_ns.fetch_add(ns, Ordering::Relaxed);
@@ -41,6 +45,9 @@ impl GcTimes {
             pauses: self.pauses.load(Ordering::Relaxed),
             pause_total_ms: self.total_ns.load(Ordering::Relaxed) as f64 / 1e6,
             pause_max_ms: self.max_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            incremental_pauses: ld(&self.by_kind[PauseKind::Incremental as usize]),
+            full_pauses: ld(&self.by_kind[PauseKind::Full as usize]),
+            remark_cleanup_pauses: ld(&self.by_kind[PauseKind::RemarkCleanup as usize]),
         }
     }
 }
@@ -69,6 +76,20 @@ fn percentiles(h: &hdrhistogram::Histogram<u64>) -> Percentiles {
     }
 }
 
+fn gc_faults_doc(p: &Pager) -> GcFaultsDoc {
+    GcActivity::ALL
+        .iter()
+        .zip(p.gc_faults())
+        .map(|(&a, c)| {
+            let doc = ActivityDoc {
+                remote: c.remote,
+                wait_ms: c.wait_ns as f64 / 1e6,
+            };
+            (a, doc)
+        })
+        .collect()
+}
+
 fn ld(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
@@ -84,6 +105,7 @@ pub fn document(
     // Read before the fault counters, which it is a part of (counted after them): read in
     // this order, it never exceeds them while the JVM still faults.
     let while_marking = pager.map_or(0, |p| ld(&p.counters().gc_concurrent_remote_while_marking));
+    let gc_faults = pager.map(gc_faults_doc).unwrap_or_default();
     let faults = faults_doc(pager);
     StatsDoc {
         version: VERSION,
@@ -106,6 +128,7 @@ pub fn document(
         prefetch: pager.and_then(prefetch_doc),
         faults,
         gc: gc.doc(),
+        gc_faults,
         gc_hooks: crate::hooks::doc(
             pager.and_then(|p| p.prefetch_counters()).map(|c| &c.hints),
             while_marking,

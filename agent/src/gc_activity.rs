@@ -1,0 +1,307 @@
+//! What a GC thread was doing when it read a remote page: the collector's activities as the
+//! stats document names them, and the classification of a stop-the-world pause's remote
+//! faults once the pause has ended. A leaf module: pure, tested without a JVM.
+//!
+//! Concurrent threads say what they do by their names (`G1 Conc#` marks, `G1 Refine#`
+//! refines). A pause's GC workers do not: what one of their faults was for is told by where
+//! the page lies and by what the pause did with it, which is only known at its end:
+//! - a page of a young region (eden, survivor) at the pause's start: evacuation of the young
+//!   collection set;
+//! - a page of an old region the pause freed: the region was in the collection set (a mixed
+//!   collection evacuated it);
+//! - a page of an old region the pause kept: read through a dirty card, a remembered set or a
+//!   root into that region (G1 scans the cards of old regions that point into the collection
+//!   set; it never evacuates a region it keeps);
+//! - a page of a humongous region: a large object's cards scanned, or its eager reclaim;
+//! - the pause was a full collection, or G1's remark or cleanup: the whole pause is that.
+//!
+//! Nothing here guesses: a page whose region was not known at the pause's start (no reader of
+//! the collector's layout, a region free then) is `pause_other`.
+
+/// What the collector was doing; the stats document names it as `name` does.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::EnumCount,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum GcActivity {
+    /// A pause copying live objects out of young regions (eden and survivors).
+    YoungEvacuation,
+    /// A pause copying live objects out of old regions in the collection set (mixed
+    /// collections): regions the pause freed.
+    MixedEvacuation,
+    /// A pause reading old regions it keeps: dirty cards, remembered sets and roots that point
+    /// into the collection set.
+    CardScan,
+    /// A pause reading humongous regions (their cards, or their eager reclaim).
+    Humongous,
+    /// G1's remark and cleanup pauses.
+    RemarkCleanup,
+    /// A full (compacting) collection.
+    FullGc,
+    /// A pause whose page lay where the collector's layout said nothing (or no layout).
+    PauseOther,
+    /// Concurrent marking threads (`G1 Conc#`, `G1 Main Marker`): root regions, marking,
+    /// remembered-set rebuild.
+    ConcurrentMark,
+    /// Concurrent refinement threads (`G1 Refine#`): dirty cards of old regions.
+    ConcurrentRefinement,
+    /// Other concurrent GC work: `G1 Service`, Shenandoah's and ZGC's concurrent workers.
+    ConcurrentOther,
+}
+
+impl GcActivity {
+    pub const COUNT: usize = <GcActivity as strum::EnumCount>::COUNT;
+    pub const ALL: &'static [GcActivity] = <GcActivity as strum::VariantArray>::VARIANTS;
+
+    /// Work done inside a stop-the-world pause.
+    pub fn in_pause(self) -> bool {
+        !matches!(
+            self,
+            GcActivity::ConcurrentMark
+                | GcActivity::ConcurrentRefinement
+                | GcActivity::ConcurrentOther
+        )
+    }
+}
+
+/// What a region of the heap was at a pause's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionKind {
+    /// Eden and survivor regions (G1), eden and survivor spaces (Parallel, Serial).
+    Young,
+    /// Old regions (G1, archive regions included), the old generation (Parallel, Serial).
+    Old,
+    /// Humongous regions (G1): one large object each.
+    Humongous,
+    /// Free regions.
+    Free,
+}
+
+/// A run of heap bytes of one kind, `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionSpan {
+    pub start: usize,
+    pub end: usize,
+    pub kind: RegionKind,
+}
+
+/// The heap's regions at a pause's start, sorted by address, adjacent spans of one kind
+/// merged (a G1 heap of 2,048 regions is a few dozen spans).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegionMap {
+    spans: Vec<RegionSpan>,
+}
+
+impl RegionMap {
+    /// Takes `spans` in any order.
+    pub fn new(mut spans: Vec<RegionSpan>) -> RegionMap {
+        spans.sort_unstable_by_key(|s| s.start);
+        let mut merged: Vec<RegionSpan> = Vec::with_capacity(spans.len());
+        for s in spans {
+            match merged.last_mut() {
+                Some(l) if l.end == s.start && l.kind == s.kind => l.end = s.end,
+                _ => merged.push(s),
+            }
+        }
+        RegionMap { spans: merged }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    pub fn spans(&self) -> &[RegionSpan] {
+        &self.spans
+    }
+
+    /// The kind of the region holding `addr`, if the map names it.
+    pub fn kind_at(&self, addr: usize) -> Option<RegionKind> {
+        let i = self.spans.partition_point(|s| s.end <= addr);
+        self.spans
+            .get(i)
+            .filter(|s| s.start <= addr)
+            .map(|s| s.kind)
+    }
+}
+
+/// What kind of pause ended, as the JVM's own collector counters say (hsperfdata).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PauseKind {
+    /// A young or mixed collection (or a pause the counters do not tell apart).
+    Incremental = 0,
+    Full = 1,
+    /// G1's remark or cleanup.
+    RemarkCleanup = 2,
+}
+
+/// What is known of a pause when it ends: its kind, the regions at its start, and the ranges
+/// it left free (the dead-space reader's free regions).
+#[derive(Clone, Copy, Debug)]
+pub struct PauseFacts<'a> {
+    pub kind: PauseKind,
+    pub start: &'a RegionMap,
+    /// Sorted, disjoint `[start, end)` ranges free at the pause's end.
+    pub free_at_end: &'a [(usize, usize)],
+}
+
+impl PauseFacts<'_> {
+    /// What the pause was doing when it read the page at `addr`.
+    pub fn classify(&self, addr: usize) -> GcActivity {
+        match self.kind {
+            PauseKind::Full => return GcActivity::FullGc,
+            PauseKind::RemarkCleanup => return GcActivity::RemarkCleanup,
+            PauseKind::Incremental => {}
+        }
+        match self.start.kind_at(addr) {
+            Some(RegionKind::Young) => GcActivity::YoungEvacuation,
+            Some(RegionKind::Old) if self.freed(addr) => GcActivity::MixedEvacuation,
+            Some(RegionKind::Old) => GcActivity::CardScan,
+            Some(RegionKind::Humongous) => GcActivity::Humongous,
+            Some(RegionKind::Free) | None => GcActivity::PauseOther,
+        }
+    }
+
+    fn freed(&self, addr: usize) -> bool {
+        let i = self.free_at_end.partition_point(|&(_, e)| e <= addr);
+        self.free_at_end.get(i).is_some_and(|&(s, _)| s <= addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R: usize = 1 << 20;
+
+    fn span(i: usize, n: usize, kind: RegionKind) -> RegionSpan {
+        RegionSpan {
+            start: i * R,
+            end: (i + n) * R,
+            kind,
+        }
+    }
+
+    #[test]
+    fn adjacent_regions_of_a_kind_merge_and_lookups_find_their_span() {
+        let m = RegionMap::new(vec![
+            span(3, 1, RegionKind::Old),
+            span(0, 1, RegionKind::Young),
+            span(1, 1, RegionKind::Young),
+            span(2, 1, RegionKind::Old),
+            span(5, 1, RegionKind::Humongous),
+        ]);
+        assert_eq!(
+            m.spans(),
+            &[
+                span(0, 2, RegionKind::Young),
+                span(2, 2, RegionKind::Old),
+                span(5, 1, RegionKind::Humongous)
+            ]
+        );
+        assert_eq!(m.kind_at(0), Some(RegionKind::Young));
+        assert_eq!(m.kind_at(2 * R - 1), Some(RegionKind::Young));
+        assert_eq!(m.kind_at(2 * R), Some(RegionKind::Old));
+        assert_eq!(m.kind_at(4 * R), None, "a gap between spans");
+        assert_eq!(m.kind_at(6 * R), None, "past the last span");
+    }
+
+    /// A scripted young pause, then a mixed one over the same regions: each remote fault is
+    /// told by its region at the start and by what the pause freed.
+    #[test]
+    fn a_pause_s_faults_are_told_by_their_region_and_what_the_pause_freed() {
+        let start = RegionMap::new(vec![
+            span(0, 2, RegionKind::Young),
+            span(2, 4, RegionKind::Old),
+            span(6, 1, RegionKind::Humongous),
+            span(7, 1, RegionKind::Free),
+        ]);
+        let young = PauseFacts {
+            kind: PauseKind::Incremental,
+            start: &start,
+            // Eden freed, as every young pause does.
+            free_at_end: &[(0, 2 * R), (7 * R, 8 * R)],
+        };
+        let at = |f: &PauseFacts, addrs: &[usize]| -> Vec<GcActivity> {
+            addrs.iter().map(|&a| f.classify(a)).collect()
+        };
+        let faults = [R + 4096, 2 * R, 4 * R + 8192, 6 * R, 7 * R + 1, 9 * R];
+        assert_eq!(
+            at(&young, &faults),
+            vec![
+                GcActivity::YoungEvacuation,
+                GcActivity::CardScan,
+                GcActivity::CardScan,
+                GcActivity::Humongous,
+                GcActivity::PauseOther,
+                GcActivity::PauseOther,
+            ]
+        );
+        // A mixed pause also freed old regions 2 and 3: their pages were evacuated; regions
+        // 4 and 5 stay and were read through their cards.
+        let mixed = PauseFacts {
+            free_at_end: &[(0, 4 * R), (7 * R, 8 * R)],
+            ..young
+        };
+        assert_eq!(
+            at(&mixed, &[2 * R, 3 * R + 4096, 4 * R, 5 * R + 4096]),
+            vec![
+                GcActivity::MixedEvacuation,
+                GcActivity::MixedEvacuation,
+                GcActivity::CardScan,
+                GcActivity::CardScan,
+            ]
+        );
+        // A full collection or a remark takes the whole pause, wherever its pages lie.
+        for (kind, all) in [
+            (PauseKind::Full, GcActivity::FullGc),
+            (PauseKind::RemarkCleanup, GcActivity::RemarkCleanup),
+        ] {
+            let f = PauseFacts { kind, ..young };
+            assert!(at(&f, &faults).iter().all(|&a| a == all), "{kind:?}");
+        }
+        // No layout known: every pause fault is `pause_other`, never a guess.
+        let none = RegionMap::default();
+        let f = PauseFacts {
+            start: &none,
+            ..young
+        };
+        assert!(at(&f, &faults).iter().all(|&a| a == GcActivity::PauseOther));
+    }
+
+    #[test]
+    fn names_and_pause_membership() {
+        let names: Vec<&str> = GcActivity::ALL.iter().map(|a| a.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "young_evacuation",
+                "mixed_evacuation",
+                "card_scan",
+                "humongous",
+                "remark_cleanup",
+                "full_gc",
+                "pause_other",
+                "concurrent_mark",
+                "concurrent_refinement",
+                "concurrent_other"
+            ]
+        );
+        for (i, a) in GcActivity::ALL.iter().enumerate() {
+            assert_eq!(*a as usize, i);
+            assert_eq!(a.in_pause(), i < 7);
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! GC threads' remote faults by what the collector was doing (`gc_activity`): a concurrent
+//! thread's are counted at once under its activity; a pause's are logged with their pages and
+//! classified when the pause ends, when its kind and what it freed are known.
+//!
+//! Every remote fault of the `gc` and `gc-concurrent` classes is counted here exactly once,
+//! so the activities sum to those classes' remote faults; a pause still under way counts its
+//! logged faults as `pause_other` in a snapshot until it ends.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::gc_activity::{GcActivity, PauseFacts};
+use crate::model::ThreadClass;
+
+/// Remote faults and the time the faulting GC threads spent on them, of one activity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ActivityCount {
+    pub remote: u64,
+    pub wait_ns: u64,
+}
+
+#[derive(Debug)]
+pub(super) struct Attribution {
+    remote: [AtomicU64; GcActivity::COUNT],
+    wait_ns: [AtomicU64; GcActivity::COUNT],
+    /// The pause under way's remote faults: (page, service ns).
+    pause_log: Mutex<Vec<(u32, u64)>>,
+    /// Most faults logged for one pause; beyond, they count as `pause_other` at once (a pause
+    /// that never ends must not grow the log without bound).
+    max_log: usize,
+}
+
+impl Attribution {
+    pub fn new(max_log: usize) -> Attribution {
+        Attribution {
+            remote: Default::default(),
+            wait_ns: Default::default(),
+            pause_log: Mutex::new(Vec::new()),
+            max_log,
+        }
+    }
+
+    fn add(&self, a: GcActivity, n: u64, ns: u64) {
+        self.remote[a as usize].fetch_add(n, Ordering::Relaxed);
+        self.wait_ns[a as usize].fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// A remote fault of a thread of `class` on `page`, served in `ns`; `concurrent` is what a
+    /// concurrent GC thread does (from its name). Other classes are not the collector's.
+    pub fn remote(&self, class: ThreadClass, concurrent: Option<GcActivity>, page: usize, ns: u64) {
+        match class {
+            ThreadClass::Gc => {
+                let mut log = self.pause_log.lock().unwrap();
+                if log.len() < self.max_log {
+                    log.push((page as u32, ns));
+                } else {
+                    drop(log);
+                    self.add(GcActivity::PauseOther, 1, ns);
+                }
+            }
+            ThreadClass::GcConcurrent => {
+                self.add(concurrent.unwrap_or(GcActivity::ConcurrentOther), 1, ns)
+            }
+            _ => {}
+        }
+    }
+
+    /// The pause ended: its logged faults are classified by `facts` (`None`: nothing known of
+    /// it, all `pause_other`); `addr_of` turns a page number into its address. Returns the
+    /// classified pages, sorted by page, for whoever plans the next pause's reads.
+    pub fn pause_ended(
+        &self,
+        facts: Option<&PauseFacts<'_>>,
+        addr_of: impl Fn(usize) -> usize,
+    ) -> Vec<(u32, GcActivity)> {
+        let mut log = std::mem::take(&mut *self.pause_log.lock().unwrap());
+        log.sort_unstable_by_key(|&(p, _)| p);
+        let mut pages = Vec::with_capacity(log.len());
+        for (p, ns) in log {
+            let a = facts.map_or(GcActivity::PauseOther, |f| f.classify(addr_of(p as usize)));
+            self.add(a, 1, ns);
+            pages.push((p, a));
+        }
+        pages
+    }
+
+    /// Counts by activity (`GcActivity::ALL` order); a pause under way's faults as
+    /// `pause_other`.
+    pub fn snapshot(&self) -> [ActivityCount; GcActivity::COUNT] {
+        let (pending, pending_ns) = {
+            let log = self.pause_log.lock().unwrap();
+            (log.len() as u64, log.iter().map(|&(_, ns)| ns).sum::<u64>())
+        };
+        std::array::from_fn(|i| {
+            let mut c = ActivityCount {
+                remote: self.remote[i].load(Ordering::Relaxed),
+                wait_ns: self.wait_ns[i].load(Ordering::Relaxed),
+            };
+            if i == GcActivity::PauseOther as usize {
+                c.remote += pending;
+                c.wait_ns += pending_ns;
+            }
+            c
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gc_activity::{PauseKind, RegionKind, RegionMap, RegionSpan};
+
+    const PAGE: usize = 4096;
+
+    fn total(a: &Attribution) -> u64 {
+        a.snapshot().iter().map(|c| c.remote).sum()
+    }
+
+    /// Scripted faults of every class over two pauses and concurrent work: each GC fault is
+    /// counted once, under the activity its region and pause say, with its wait.
+    #[test]
+    fn scripted_faults_are_attributed_once_each() {
+        let a = Attribution::new(3);
+        // Pages 0-15 young, 16-31 old at the pause's start.
+        let map = RegionMap::new(vec![
+            RegionSpan {
+                start: 0,
+                end: 16 * PAGE,
+                kind: RegionKind::Young,
+            },
+            RegionSpan {
+                start: 16 * PAGE,
+                end: 32 * PAGE,
+                kind: RegionKind::Old,
+            },
+        ]);
+        a.remote(ThreadClass::Application, None, 1, 100);
+        a.remote(ThreadClass::Gc, None, 20, 1_000);
+        a.remote(ThreadClass::Gc, None, 3, 2_000);
+        a.remote(
+            ThreadClass::GcConcurrent,
+            Some(GcActivity::ConcurrentRefinement),
+            17,
+            500,
+        );
+        // Under way: the pause's two faults are `pause_other` for now.
+        let s = a.snapshot();
+        assert_eq!(s[GcActivity::PauseOther as usize].remote, 2);
+        assert_eq!(
+            total(&a),
+            3,
+            "the application's fault is not the collector's"
+        );
+        let facts = PauseFacts {
+            kind: PauseKind::Incremental,
+            start: &map,
+            free_at_end: &[(0, 16 * PAGE)],
+        };
+        let pages = a.pause_ended(Some(&facts), |p| p * PAGE);
+        assert_eq!(
+            pages,
+            vec![(3, GcActivity::YoungEvacuation), (20, GcActivity::CardScan)]
+        );
+        let s = a.snapshot();
+        let at = |x: GcActivity| s[x as usize];
+        assert_eq!(
+            at(GcActivity::YoungEvacuation),
+            ActivityCount {
+                remote: 1,
+                wait_ns: 2_000
+            }
+        );
+        assert_eq!(at(GcActivity::CardScan).wait_ns, 1_000);
+        assert_eq!(at(GcActivity::ConcurrentRefinement).remote, 1);
+        assert_eq!(at(GcActivity::PauseOther).remote, 0);
+        // A concurrent GC thread whose name says nothing is `concurrent_other`.
+        a.remote(ThreadClass::GcConcurrent, None, 40, 1);
+        assert_eq!(a.snapshot()[GcActivity::ConcurrentOther as usize].remote, 1);
+        // A pause over the log's bound: the excess counts at once, nothing is lost.
+        for p in 0..5 {
+            a.remote(ThreadClass::Gc, None, p, 10);
+        }
+        let full = PauseFacts {
+            kind: PauseKind::Full,
+            ..facts
+        };
+        assert_eq!(a.pause_ended(Some(&full), |p| p * PAGE).len(), 3);
+        let s = a.snapshot();
+        assert_eq!(s[GcActivity::FullGc as usize].remote, 3);
+        assert_eq!(s[GcActivity::PauseOther as usize].remote, 2);
+        assert_eq!(total(&a), 9);
+        // Nothing known of a pause: its faults are `pause_other`.
+        a.remote(ThreadClass::Gc, None, 2, 10);
+        a.pause_ended(None, |p| p * PAGE);
+        assert_eq!(a.snapshot()[GcActivity::PauseOther as usize].remote, 3);
+    }
+}

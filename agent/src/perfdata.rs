@@ -1,0 +1,211 @@
+//! The JVM's own collector counters, read from its performance-data file (hsperfdata,
+//! `/tmp/hsperfdata_USER/PID`, what `jstat` reads): how many full collections and how many
+//! of G1's remark and cleanup pauses have run. Compared at the end of each pause, they say
+//! which kind of pause it was; JVMTI's GarbageCollectionStart/Finish do not.
+//!
+//! The counters are incremented when a pause starts its collection, so at the pause's
+//! GarbageCollectionFinish they count it. The file is the JVM's shared mapping: a read of it
+//! sees the counters as they are. A JVM started with `-XX:-UsePerfData` (or
+//! `-XX:+PerfDisableSharedMem`) has no file; then every pause is `Incremental`.
+//!
+//! The layout is HotSpot's `PerfDataPrologue` and `PerfDataEntry` (perfMemory.hpp), in the
+//! machine's byte order.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Mutex;
+
+use crate::gc_activity::PauseKind;
+
+/// `PerfDataPrologue::magic`, as the bytes read on a little-endian machine.
+const MAGIC: u32 = 0xc0c0_feca;
+
+/// The collector counters of one JVM.
+#[derive(Debug)]
+pub struct PauseCounters {
+    file: File,
+    /// Offsets of the `invocations` longs of the full collector and of G1's concurrent cycle
+    /// pauses (remark and cleanup).
+    full: Option<u64>,
+    concurrent: Option<u64>,
+    /// Their values when the last pause ended.
+    last: Mutex<(u64, u64)>,
+}
+
+impl PauseCounters {
+    /// Opens this process's performance-data file. `Err` says why there is none.
+    pub fn open() -> Result<PauseCounters, String> {
+        let path = our_file().ok_or_else(|| {
+            format!(
+                "no /tmp/hsperfdata_*/{} (-XX:-UsePerfData or -XX:+PerfDisableSharedMem?)",
+                std::process::id()
+            )
+        })?;
+        let path = path.display().to_string();
+        let file = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut &file, &mut bytes).map_err(|e| format!("{path}: {e}"))?;
+        let (full, concurrent) = collector_counters(&bytes).map_err(|e| format!("{path}: {e}"))?;
+        let c = PauseCounters {
+            file,
+            full,
+            concurrent,
+            last: Mutex::new((0, 0)),
+        };
+        *c.last.lock().unwrap() = c.values();
+        Ok(c)
+    }
+
+    fn read(&self, at: Option<u64>) -> u64 {
+        let mut b = [0u8; 8];
+        match at {
+            Some(off) if self.file.read_exact_at(&mut b, off).is_ok() => u64::from_ne_bytes(b),
+            _ => 0,
+        }
+    }
+
+    fn values(&self) -> (u64, u64) {
+        (self.read(self.full), self.read(self.concurrent))
+    }
+
+    /// The kind of the pause ending now (call from its GarbageCollectionFinish).
+    pub fn pause_ended(&self) -> PauseKind {
+        let now = self.values();
+        let before = std::mem::replace(&mut *self.last.lock().unwrap(), now);
+        if now.0 != before.0 {
+            PauseKind::Full
+        } else if now.1 != before.1 {
+            PauseKind::RemarkCleanup
+        } else {
+            PauseKind::Incremental
+        }
+    }
+}
+
+/// This process's file: `/tmp/hsperfdata_USER/PID`, USER the effective user's name (any
+/// such directory holding a file named by our pid is ours: pids are unique on the host).
+fn our_file() -> Option<std::path::PathBuf> {
+    let pid = std::process::id().to_string();
+    std::fs::read_dir("/tmp").ok()?.flatten().find_map(|e| {
+        let name = e.file_name();
+        let p = e.path().join(&pid);
+        (name.to_string_lossy().starts_with("hsperfdata_") && p.is_file()).then_some(p)
+    })
+}
+
+fn i32_at(b: &[u8], off: usize) -> Result<i32, String> {
+    b.get(off..off + 4)
+        .map(|s| i32::from_ne_bytes(s.try_into().unwrap()))
+        .ok_or_else(|| format!("truncated at byte {off}"))
+}
+
+/// Finds the `invocations` counters of the full collector and of G1's concurrent cycle
+/// pauses (`sun.gc.collector.N.name` says which N is which).
+fn collector_counters(b: &[u8]) -> Result<(Option<u64>, Option<u64>), String> {
+    if i32_at(b, 0)? as u32 != MAGIC {
+        return Err("not a performance-data file (bad magic)".into());
+    }
+    let (first, count) = (i32_at(b, 24)?, i32_at(b, 28)?);
+    let mut names: Vec<(String, String)> = Vec::new(); // (collector.N, name)
+    let mut invocations: Vec<(String, u64)> = Vec::new();
+    let mut at = usize::try_from(first).map_err(|_| "bad entry offset")?;
+    for _ in 0..count {
+        let len = usize::try_from(i32_at(b, at)?).map_err(|_| "bad entry length")?;
+        if len == 0 {
+            break;
+        }
+        let name_at = at + i32_at(b, at + 4)? as usize;
+        let data_at = at + i32_at(b, at + 16)? as usize;
+        let vector = i32_at(b, at + 8)? as usize;
+        let name = c_str(b, name_at);
+        if let Some(rest) = name.strip_prefix("sun.gc.collector.") {
+            if let Some(n) = rest.strip_suffix(".name") {
+                names.push((
+                    n.to_string(),
+                    c_str(&b[..(data_at + vector).min(b.len())], data_at),
+                ));
+            } else if let Some(n) = rest.strip_suffix(".invocations") {
+                invocations.push((n.to_string(), data_at as u64));
+            }
+        }
+        at += len;
+    }
+    let find = |what: &str| {
+        let n = names.iter().find(|(_, name)| name.contains(what))?;
+        invocations.iter().find(|(m, _)| *m == n.0).map(|i| i.1)
+    };
+    Ok((find("full"), find("concurrent cycle")))
+}
+
+fn c_str(b: &[u8], at: usize) -> String {
+    let s = b.get(at..).unwrap_or_default();
+    let end = s.iter().position(|&c| c == 0).unwrap_or(s.len());
+    String::from_utf8_lossy(&s[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file as HotSpot lays it out: the prologue, then entries of (header, name, data).
+    fn file(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut b = vec![0u8; 32];
+        b[0..4].copy_from_slice(&MAGIC.to_ne_bytes());
+        b[24..28].copy_from_slice(&32i32.to_ne_bytes());
+        b[28..32].copy_from_slice(&(entries.len() as i32).to_ne_bytes());
+        for (name, data) in entries {
+            let name_off = 20;
+            let data_off = (name_off + name.len() + 1).next_multiple_of(8);
+            let len = (data_off + data.len()).next_multiple_of(8);
+            let mut e = vec![0u8; len];
+            e[0..4].copy_from_slice(&(len as i32).to_ne_bytes());
+            e[4..8].copy_from_slice(&(name_off as i32).to_ne_bytes());
+            e[8..12].copy_from_slice(&(data.len() as i32).to_ne_bytes());
+            e[16..20].copy_from_slice(&(data_off as i32).to_ne_bytes());
+            e[name_off..name_off + name.len()].copy_from_slice(name.as_bytes());
+            e[data_off..data_off + data.len()].copy_from_slice(data);
+            b.extend(e);
+        }
+        b
+    }
+
+    #[test]
+    fn finds_the_full_and_concurrent_pause_counters_by_their_collectors_names() {
+        let b = file(&[
+            ("sun.gc.collector.0.invocations", &7u64.to_ne_bytes()),
+            ("sun.gc.collector.0.name", b"G1 young collection pauses\0"),
+            ("sun.gc.collector.1.invocations", &1u64.to_ne_bytes()),
+            ("sun.gc.collector.1.name", b"G1 full collection pauses\0"),
+            ("sun.gc.collector.2.invocations", &2u64.to_ne_bytes()),
+            ("sun.gc.collector.2.name", b"G1 concurrent cycle pauses\0"),
+        ]);
+        let (full, conc) = collector_counters(&b).unwrap();
+        let at =
+            |o: Option<u64>| u64::from_ne_bytes(b[o.unwrap() as usize..][..8].try_into().unwrap());
+        assert_eq!((at(full), at(conc)), (1, 2));
+        // Parallel has no concurrent pauses; a file that is not one says so.
+        let p = file(&[
+            (
+                "sun.gc.collector.1.name",
+                b"Parallel full collection pauses\0",
+            ),
+            ("sun.gc.collector.1.invocations", &3u64.to_ne_bytes()),
+        ]);
+        let (full, conc) = collector_counters(&p).unwrap();
+        assert!(full.is_some() && conc.is_none());
+        assert!(collector_counters(&[0u8; 64])
+            .unwrap_err()
+            .contains("magic"));
+        assert!(collector_counters(&b[..40])
+            .unwrap_err()
+            .contains("truncated"));
+    }
+
+    /// This test process has no JVM: no file, and the reason names the path.
+    #[test]
+    fn a_process_without_performance_data_says_where_it_looked() {
+        if let Err(e) = PauseCounters::open() {
+            assert!(e.contains("hsperfdata"), "{e}");
+        }
+    }
+}
