@@ -137,6 +137,43 @@ fn generational(
 pub struct GcLayout {
     collector: &'static str,
     layout: Layout,
+    /// G1's card table, for the cards a pause is about to scan (`None`: not described).
+    cards: Option<CardTable>,
+}
+
+/// A card table as the barrier set holds it: card `i` covers `[i << shift, (i + 1) << shift)`
+/// and lives at `biased_base + i` (`CardTable::_byte_map_base` is biased by the heap's start).
+#[derive(Clone, Copy, Debug)]
+struct CardTable {
+    /// `BarrierSet::_barrier_set`'s address, and the offsets to the biased base.
+    barrier_set: usize,
+    card_table: usize,
+    byte_map_base: usize,
+    shift: u32,
+    dirty: u8,
+}
+
+impl CardTable {
+    fn find(vm: &VmStructs) -> Result<CardTable, String> {
+        // JDK 17 exports the shift as a constant; JDK 18+ sizes cards by a flag.
+        let shift = match vm.int_constant(&["CardTable::card_shift"]) {
+            Ok(s) => s as u32,
+            Err(_) => {
+                let bytes = vm.flag_u32("GCCardSizeInBytes")?;
+                if !bytes.is_power_of_two() {
+                    return Err(format!("GCCardSizeInBytes is {bytes}, not a power of two"));
+                }
+                bytes.trailing_zeros()
+            }
+        };
+        Ok(CardTable {
+            barrier_set: vm.static_address_of(&[("BarrierSet", "_barrier_set")])?,
+            card_table: vm.offset_of(&[("CardTableBarrierSet", "_card_table")])?,
+            byte_map_base: vm.offset_of(&[("CardTable", "_byte_map_base")])?,
+            shift,
+            dirty: vm.int_constant(&["CardTable::dirty_card"])? as u8,
+        })
+    }
 }
 
 /// Reads a pointer-sized word.
@@ -259,7 +296,60 @@ impl GcLayout {
             }
             other => return Err(format!("no dead-space reader for the {other} collector")),
         };
-        Ok(GcLayout { collector, layout })
+        let cards = match collector {
+            "G1" => CardTable::find(vm).ok(),
+            _ => None,
+        };
+        Ok(GcLayout {
+            collector,
+            layout,
+            cards,
+        })
+    }
+
+    /// Appends the pages of `spans` that hold a dirty card now: in a G1 pause, once the
+    /// remembered sets are merged into the card table, the cards the pause is about to scan.
+    /// `false`: this JVM's card table is not read.
+    ///
+    /// # Safety
+    /// Call only inside a collection pause, with `spans` committed regions of this heap (the
+    /// card table is committed with its regions).
+    pub unsafe fn dirty_card_pages(&self, spans: &[RegionSpan], out: &mut Vec<usize>) -> bool {
+        let Some(ct) = self.cards else {
+            return false;
+        };
+        let page_shift = swap_backend::PAGE_SIZE.trailing_zeros();
+        // SAFETY: the barrier set and card table are the VM's own, set before VMInit; the
+        // card bytes read cover committed regions only (the caller's contract). GC workers
+        // write cards meanwhile (marking them scanned): a byte read is the old or the new
+        // value, either a fine guess of what will be read.
+        unsafe {
+            let bs = word(ct.barrier_set);
+            if bs == 0 {
+                return false;
+            }
+            let table = word(bs + ct.card_table);
+            if table == 0 {
+                return false;
+            }
+            let base = word(table + ct.byte_map_base);
+            for s in spans {
+                let (first, last) = (s.start >> ct.shift, (s.end - 1) >> ct.shift);
+                let cards =
+                    std::slice::from_raw_parts((base + first) as *const u8, last - first + 1);
+                let mut last_page = usize::MAX;
+                for (i, &c) in cards.iter().enumerate() {
+                    if c == ct.dirty {
+                        let page = ((first + i) << ct.shift) >> page_shift;
+                        if page != last_page {
+                            out.push(page << page_shift);
+                            last_page = page;
+                        }
+                    }
+                }
+            }
+        }
+        true
     }
 
     pub fn collector(&self) -> &'static str {
@@ -550,6 +640,76 @@ mod tests {
             ],
             "the full eden region holds nothing dead"
         );
+    }
+
+    /// The cards a pause will scan, as G1's card table holds them once the remembered sets are
+    /// merged: the pages of the old spans' dirty cards, each page once, in address order.
+    #[test]
+    fn the_pages_of_dirty_cards_in_old_spans_are_named_once_each() {
+        let start = 0x7d00_0000_0000usize;
+        let (clean, dirty) = (0xffu8, 0u8);
+        // Two old spans of 16 pages, 512-byte cards (8 a page).
+        let cards: &'static mut [u8] = Box::leak(vec![clean; 2 * 16 * 8].into_boxed_slice());
+        for c in [0, 8, 9, 15, 100, 16 * 8 + 3] {
+            cards[c] = dirty;
+        }
+        cards[200] = 4; // a young card's value: not dirty
+        let table = block(4);
+        table[1] = cards.as_ptr() as usize - (start >> 9); // biased by the heap's start
+        let bs = block(4);
+        bs[2] = addr(table);
+        let slot = block(1);
+        slot[0] = addr(bs);
+        let universe = block(1);
+        universe[0] = addr(block(4));
+        let w = std::mem::size_of::<usize>() as u64;
+        let vm = VmStructs::fake(
+            &[
+                ("Universe", "_collectedHeap", true, 0, addr(universe)),
+                (
+                    "ParallelScavengeHeap",
+                    "_young_gen",
+                    true,
+                    0,
+                    addr(block(1)),
+                ),
+                ("ParallelScavengeHeap", "_old_gen", true, 0, addr(block(1))),
+                ("PSYoungGen", "_eden_space", false, 0, 0),
+                ("PSYoungGen", "_from_space", false, w, 0),
+                ("PSYoungGen", "_to_space", false, 2 * w, 0),
+                ("PSOldGen", "_object_space", false, 0, 0),
+                ("MutableSpace", "_bottom", false, 0, 0),
+                ("MutableSpace", "_top", false, w, 0),
+                ("MutableSpace", "_end", false, 2 * w, 0),
+                ("BarrierSet", "_barrier_set", true, 0, addr(slot)),
+                ("CardTableBarrierSet", "_card_table", false, 2 * w, 0),
+                ("CardTable", "_byte_map_base", false, w, 0),
+            ],
+            &[("CardTable::card_shift", 9), ("CardTable::dirty_card", 0)],
+        );
+        let mut l = GcLayout::find(&vm, "Parallel").unwrap();
+        l.cards = Some(CardTable::find(&vm).unwrap());
+        let spans = [
+            RegionSpan {
+                start,
+                end: start + 16 * PAGE,
+                kind: RegionKind::Old,
+            },
+            RegionSpan {
+                start: start + 16 * PAGE,
+                end: start + 32 * PAGE,
+                kind: RegionKind::Humongous,
+            },
+        ];
+        let mut out = Vec::new();
+        // SAFETY: the fake card table covers both spans.
+        assert!(unsafe { l.dirty_card_pages(&spans, &mut out) });
+        let pages: Vec<usize> = out.iter().map(|a| (a - start) / PAGE).collect();
+        assert_eq!(pages, vec![0, 1, 12, 16]);
+        // Without a card table: nothing named, and the caller told so.
+        l.cards = None;
+        // SAFETY: as above.
+        assert!(!unsafe { l.dirty_card_pages(&spans, &mut out) });
     }
 
     #[test]

@@ -116,6 +116,15 @@ impl Dirty {
 }
 
 lowercase_enum! {
+    /// Whether the pages a stop-the-world pause will read are read in bulk when it starts
+    /// (`pause_reads=`).
+    pub enum PauseReads {
+        On,
+        Off,
+    }
+}
+
+lowercase_enum! {
     /// What one prefetch stream follows (`streams=`).
     pub enum Streams {
         Thread,
@@ -380,6 +389,13 @@ pub static OPTIONS: &[OptionSpec] = &[
         default: "`thread`",
     },
     choice_option! {
+        key: "pause_reads",
+        flag: flag("pause-reads", "on|off"),
+        field: pause_reads,
+        values: "`on`: under `memliner`, a stop-the-world pause's pages are read in bulk, in address order, while its threads work on what is local: when it starts, the remote pages of its young regions (G1's eden and survivors, Parallel's and Serial's young spaces); on G1, when it first reads an old region through a card, the pages of every card it is about to scan (local ones are kept from eviction until the pause reaches them); `off`: the pause faults them in one at a time",
+        default: "`on`",
+    },
+    choice_option! {
         key: "dirty",
         flag: flag("dirty", "auto|track|assume"),
         field: dirty,
@@ -578,6 +594,7 @@ pub struct Options {
     /// Largest prefetch window in pages (0: off).
     pub prefetch: usize,
     pub streams: Streams,
+    pub pause_reads: PauseReads,
     pub reclaim: Reclaim,
     pub fallback: Fallback,
     /// Latency probe interval in ms (0: off).
@@ -611,6 +628,7 @@ impl Default for Options {
             dirty: Dirty::Auto,
             prefetch: 32,
             streams: Streams::Thread,
+            pause_reads: PauseReads::On,
             reclaim: Reclaim::Lru,
             fallback: Fallback::None,
             probe_ms: 10,

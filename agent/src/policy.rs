@@ -7,6 +7,7 @@
 //!   *cold* (evicted before any application page unless the application touches them), GC
 //!   faults train only GC streams, application threads get a stream each.
 
+use crate::gc_activity::RegionKind;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::model::ThreadClass;
@@ -23,6 +24,11 @@ pub enum Admission {
     /// needs the page (it reads an object, then writes its forwarding pointer or updates its
     /// fields), the application, once resumed, rarely does.
     ColdAfterPause,
+    /// Kept out of the pause's way until it ends (active, not on probation), then cold: a page
+    /// of the collection set's young regions, which the pause reads object by object and
+    /// again for every reference to a copied object (its forwarding pointer); evicted during
+    /// the pause, it comes back before the pause frees it.
+    HeldForPause,
 }
 
 /// How a page came in.
@@ -51,7 +57,14 @@ pub trait PagingPolicy: Send + Sync + std::fmt::Debug {
     /// The stream a remote fault by thread `tid` of `class` trains; `None` trains nothing.
     fn stream(&self, tid: u32, class: ThreadClass) -> Option<StreamKey>;
     /// Where a page brought in for `class` goes.
-    fn admission(&self, class: ThreadClass, source: Source) -> Admission;
+    /// `region`: what the page's region was when the pause under way started (`None`
+    /// outside pauses, or not known).
+    fn admission(
+        &self,
+        class: ThreadClass,
+        source: Source,
+        region: Option<RegionKind>,
+    ) -> Admission;
     /// Whether a touch by `class` makes a cold page hot.
     fn promotes(&self, class: ThreadClass) -> bool;
     /// Whether a touch by `class` counts as a reference for the replacement (a page it
@@ -145,7 +158,7 @@ impl PagingPolicy for Baseline {
         self.prefetch.then_some(0)
     }
 
-    fn admission(&self, _class: ThreadClass, _source: Source) -> Admission {
+    fn admission(&self, _: ThreadClass, _: Source, _: Option<RegionKind>) -> Admission {
         Admission::Hot
     }
 
@@ -180,16 +193,28 @@ impl PagingPolicy for MemLiner {
         })
     }
 
-    fn admission(&self, class: ThreadClass, source: Source) -> Admission {
+    fn admission(
+        &self,
+        class: ThreadClass,
+        source: Source,
+        region: Option<RegionKind>,
+    ) -> Admission {
         // Pages the GC *reads* back (tracing, scanning) are rarely what the application needs
         // next. Pages the GC zero-fills are copy destinations: survivors the application will
         // use, so they are admitted like the application's own. Concurrent tracing touches
         // each object once while the application runs: cold at once. A pause's pages serve
-        // the pause: cold when it ends.
-        match (class, source) {
-            (_, Source::ZeroFill) => Admission::Hot,
-            (ThreadClass::GcConcurrent, _) => Admission::Cold,
-            (ThreadClass::Gc, _) => Admission::ColdAfterPause,
+        // the pause: its young regions' are held until it ends (it reads them again for every
+        // reference to an object it copied, then frees them); an old region's it faults on
+        // through a card, writes the updated reference back at once and is done with: cold at
+        // once (read ahead of the scan: held until the pause ends); others cold when it ends.
+        match (class, source, region) {
+            (_, Source::ZeroFill, _) => Admission::Hot,
+            (ThreadClass::GcConcurrent, _, _) => Admission::Cold,
+            (ThreadClass::Gc, _, Some(RegionKind::Young)) => Admission::HeldForPause,
+            (ThreadClass::Gc, Source::Demand, Some(RegionKind::Old | RegionKind::Humongous)) => {
+                Admission::Cold
+            }
+            (ThreadClass::Gc, _, _) => Admission::ColdAfterPause,
             _ => Admission::Hot,
         }
     }
@@ -232,7 +257,8 @@ mod tests {
         assert_eq!(p.stream(2, ThreadClass::Gc), Some(0));
         for &c in ThreadClass::ALL {
             for s in [Source::ZeroFill, Source::Demand, Source::Prefetch] {
-                assert_eq!(p.admission(c, s), Admission::Hot);
+                assert_eq!(p.admission(c, s, None), Admission::Hot);
+                assert_eq!(p.admission(c, s, Some(RegionKind::Young)), Admission::Hot);
             }
             assert!(!p.promotes(c));
         }
@@ -255,20 +281,24 @@ mod tests {
         let gc = p.stream(10, ThreadClass::Gc).unwrap();
         assert_ne!(app1, app2);
         assert_ne!(app1, gc, "same tid, other class: other stream");
+        use RegionKind::{Humongous, Old, Young};
+        // A pause's pages by their region at its start: the collection set's young regions
+        // held until it ends, an old region's faulted through a card cold at once (read
+        // ahead of the scan: held), a region not known cold when the pause ends.
+        let gc = |s, r| p.admission(ThreadClass::Gc, s, r);
+        assert_eq!(gc(Source::Demand, None), Admission::ColdAfterPause);
+        assert_eq!(gc(Source::Demand, Some(Young)), Admission::HeldForPause);
+        assert_eq!(gc(Source::Prefetch, Some(Young)), Admission::HeldForPause);
+        assert_eq!(gc(Source::Demand, Some(Old)), Admission::Cold);
+        assert_eq!(gc(Source::Demand, Some(Humongous)), Admission::Cold);
+        assert_eq!(gc(Source::Prefetch, Some(Old)), Admission::ColdAfterPause);
         assert_eq!(
-            p.admission(ThreadClass::Gc, Source::Demand),
-            Admission::ColdAfterPause
-        );
-        assert_eq!(
-            p.admission(ThreadClass::GcConcurrent, Source::Prefetch),
+            p.admission(ThreadClass::GcConcurrent, Source::Prefetch, Some(Old)),
             Admission::Cold
         );
+        assert_eq!(gc(Source::ZeroFill, Some(Young)), Admission::Hot);
         assert_eq!(
-            p.admission(ThreadClass::Gc, Source::ZeroFill),
-            Admission::Hot
-        );
-        assert_eq!(
-            p.admission(ThreadClass::Application, Source::Demand),
+            p.admission(ThreadClass::Application, Source::Demand, Some(Old)),
             Admission::Hot
         );
         assert!(p.promotes(ThreadClass::Application));

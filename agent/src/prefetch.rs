@@ -216,6 +216,9 @@ pub struct ClassCounters {
 pub struct PrefetchCounters {
     pub by_class: [ClassCounters; crate::model::ThreadClass::COUNT],
     pub hints: HintCounters,
+    /// Pages read in bulk for a stop-the-world pause (what its collection set and cards
+    /// name), the same figures.
+    pub pause_reads: HintCounters,
 }
 
 /// Pages a patched collector asked for ahead of tracing them (gc-hooks).

@@ -45,8 +45,6 @@ struct Runtime {
     heap: OnceLock<stats::HeapInfo>,
     /// The collector's dead space, read at the end of each collection (`dead=drop`).
     layout: OnceLock<gc_layout::GcLayout>,
-    /// The regions' kinds when the pause under way started (for attributing its faults).
-    pause_regions: Mutex<gc_activity::RegionMap>,
     /// The JVM's collector counters: which kind of pause ended.
     pause_counters: OnceLock<perfdata::PauseCounters>,
     gc: stats::GcTimes,
@@ -172,7 +170,6 @@ fn load(options_str: &str) -> Result<(), String> {
         pager: OnceLock::new(),
         heap: OnceLock::new(),
         layout: OnceLock::new(),
-        pause_regions: Mutex::default(),
         pause_counters: OnceLock::new(),
         gc: stats::GcTimes::default(),
         started: Instant::now(),
@@ -374,6 +371,14 @@ fn start_paging(rt: &'static Runtime) -> Result<(), String> {
     let _ = rt.pager.set(pager);
     if let Some(p) = rt.pager.get() {
         hooks::attach(p);
+        p.set_card_reader(Box::new(|spans, out| {
+            match RUNTIME.get().and_then(|rt| rt.layout.get()) {
+                // SAFETY: the pager calls this from a GC thread's fault inside a pause, with
+                // the committed regions the pause started with.
+                Some(l) => unsafe { l.dirty_card_pages(spans, out) },
+                None => false,
+            }
+        }));
     }
     Ok(())
 }
@@ -494,7 +499,12 @@ unsafe extern "C" fn on_gc_start(_: *mut jvmti::JvmtiEnv) {
             if let Some(l) = rt.layout.get() {
                 // SAFETY: this is the GarbageCollectionStart callback, which HotSpot runs at
                 // the safepoint that starts the collection.
-                *rt.pause_regions.lock().unwrap() = unsafe { l.region_map() };
+                let regions = unsafe { l.region_map() };
+                let read = rt.options.policy == options::Policy::MemLiner
+                    && rt.options.pause_reads == options::PauseReads::On;
+                if let Some(p) = rt.pager.get() {
+                    p.gc_pause_started(regions, read);
+                }
             }
             rt.threads.set_in_pause(true);
             rt.gc.pause_started();
@@ -523,12 +533,7 @@ unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
                     .filter(|r| r.reason == gc_layout::Reason::FreeRegion)
                     .map(|r| (r.start, r.end))
                     .collect();
-                let start = std::mem::take(&mut *rt.pause_regions.lock().unwrap());
-                p.gc_pause_finished(Some(&gc_activity::PauseFacts {
-                    kind,
-                    start: &start,
-                    free_at_end: &free,
-                }));
+                p.gc_pause_finished(Some((kind, &free)));
             }
             rt.gc.pause_finished(kind);
         }

@@ -291,6 +291,11 @@ impl VmStructs {
             .map(|a| unsafe { *(a as *const u8) != 0 })
     }
 
+    pub fn flag_u32(&self, name: &str) -> Result<u32, String> {
+        // SAFETY: the flag's storage is a C++ `uint`.
+        self.flag_addr(name).map(|a| unsafe { *(a as *const u32) })
+    }
+
     pub fn flag_u64(&self, name: &str) -> Result<u64, String> {
         // SAFETY: size_t/uintx flags are 8-byte words on x86-64 and aarch64.
         self.flag_addr(name).map(|a| unsafe { *(a as *const u64) })

@@ -264,6 +264,18 @@ fn cell_on(
             "{what}: no young, mixed or card-scan fault: {:?}",
             s.gc_faults
         );
+        // Pauses read their young regions and their cards' pages in bulk under memliner
+        // (`pause_reads=on`); the checksum above says none of those pages was stale.
+        if cfg.options.policy == Policy::MemLiner
+            && cfg.options.pause_reads == memliner_agent::options::PauseReads::On
+        {
+            assert!(
+                s.gc.pause_read_pages > 0,
+                "{what}: {} pause faults, no page read for a pause: {:?}",
+                faults.by_class.gc.remote,
+                s.gc
+            );
+        }
     }
     let cold = pager.cold.evicted;
     if cfg.options.policy == Policy::Baseline {
@@ -1822,6 +1834,8 @@ fn a_paging_jvm_serves_metrics_whose_counters_only_grow() {
         "memliner_jvm_prefetch_wasted_pages_total",
         "memliner_jvm_fault_latency_seconds_bucket",
         "memliner_jvm_gc_share_of_remote_faults",
+        "memliner_jvm_gc_remote_faults_total",
+        "memliner_jvm_gc_remote_wait_seconds_total",
         "memliner_jvm_gc_hooks_mark_cycles_total",
         "memliner_jvm_agent_cpu_seconds_total",
     ] {

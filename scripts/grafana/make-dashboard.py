@@ -40,6 +40,14 @@ panel("Remote faults/s by thread class",
 panel("GC share of remote faults",
       [(rate("memliner_jvm_faults_total", extra='kind="remote",class=~"gc|gc-concurrent"') + " / "
         + rate("memliner_jvm_faults_total", extra='kind="remote"'), J)], "percentunit")
+panel("GC remote faults/s by activity",
+      [(rate("memliner_jvm_gc_remote_faults_total", "host, pid, activity"), J + " {{activity}}")],
+      "ops", "What the collector was doing when its threads read a remote page: young and "
+             "mixed evacuation, card scan, humongous, remark/cleanup, full GC (a pause's, "
+             "counted when it ends), concurrent marking and refinement.")
+panel("GC threads waiting on remote pages (cores)",
+      [(rate("memliner_jvm_gc_remote_wait_seconds_total", "host, pid, activity"),
+        J + " {{activity}}")], "none")
 panel("Remote traffic",
       [(rate("memliner_jvm_remote_read_bytes_total"), J + " in"),
        ("-" + rate("memliner_jvm_remote_written_bytes_total"), J + " out")], "Bps")

@@ -7,9 +7,9 @@
 //! logged faults as `pause_other` in a snapshot until it ends.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
-use crate::gc_activity::{GcActivity, PauseFacts};
+use crate::gc_activity::{GcActivity, PauseFacts, PauseKind, RegionKind, RegionMap, RegionSpan};
 use crate::model::ThreadClass;
 
 /// Remote faults and the time the faulting GC threads spent on them, of one activity.
@@ -28,6 +28,8 @@ pub(super) struct Attribution {
     /// Most faults logged for one pause; beyond, they count as `pause_other` at once (a pause
     /// that never ends must not grow the log without bound).
     max_log: usize,
+    /// The heap's regions when the pause under way started (empty between pauses).
+    pause_regions: RwLock<RegionMap>,
 }
 
 impl Attribution {
@@ -37,7 +39,24 @@ impl Attribution {
             wait_ns: Default::default(),
             pause_log: Mutex::new(Vec::new()),
             max_log,
+            pause_regions: RwLock::default(),
         }
+    }
+
+    /// A pause started with the heap's regions as `regions` says.
+    pub fn pause_started(&self, regions: RegionMap) {
+        *self.pause_regions.write().unwrap() = regions;
+    }
+
+    /// The spans of the pause under way's regions (empty between pauses).
+    pub fn pause_spans(&self) -> Vec<RegionSpan> {
+        self.pause_regions.read().unwrap().spans().to_vec()
+    }
+
+    /// The kind of the region holding `addr` when the pause under way started (`None` between
+    /// pauses, or where the map says nothing).
+    pub fn region_at(&self, addr: usize) -> Option<RegionKind> {
+        self.pause_regions.read().unwrap().kind_at(addr)
     }
 
     fn add(&self, a: GcActivity, n: u64, ns: u64) {
@@ -70,9 +89,16 @@ impl Attribution {
     /// classified pages, sorted by page, for whoever plans the next pause's reads.
     pub fn pause_ended(
         &self,
-        facts: Option<&PauseFacts<'_>>,
+        facts: Option<(PauseKind, &[(usize, usize)])>,
         addr_of: impl Fn(usize) -> usize,
     ) -> Vec<(u32, GcActivity)> {
+        let start = std::mem::take(&mut *self.pause_regions.write().unwrap());
+        let facts = facts.map(|(kind, free_at_end)| PauseFacts {
+            kind,
+            start: &start,
+            free_at_end,
+        });
+        let facts = facts.as_ref();
         let mut log = std::mem::take(&mut *self.pause_log.lock().unwrap());
         log.sort_unstable_by_key(|&(p, _)| p);
         let mut pages = Vec::with_capacity(log.len());
@@ -84,6 +110,15 @@ impl Attribution {
         pages
     }
 
+    /// Counts by activity of the faults attributed so far (a pause under way's come when it
+    /// ends): atomics only, no lock a fault takes (for `/metrics`).
+    pub fn attributed(&self) -> [ActivityCount; GcActivity::COUNT] {
+        std::array::from_fn(|i| ActivityCount {
+            remote: self.remote[i].load(Ordering::Relaxed),
+            wait_ns: self.wait_ns[i].load(Ordering::Relaxed),
+        })
+    }
+
     /// Counts by activity (`GcActivity::ALL` order); a pause under way's faults as
     /// `pause_other`.
     pub fn snapshot(&self) -> [ActivityCount; GcActivity::COUNT] {
@@ -91,17 +126,11 @@ impl Attribution {
             let log = self.pause_log.lock().unwrap();
             (log.len() as u64, log.iter().map(|&(_, ns)| ns).sum::<u64>())
         };
-        std::array::from_fn(|i| {
-            let mut c = ActivityCount {
-                remote: self.remote[i].load(Ordering::Relaxed),
-                wait_ns: self.wait_ns[i].load(Ordering::Relaxed),
-            };
-            if i == GcActivity::PauseOther as usize {
-                c.remote += pending;
-                c.wait_ns += pending_ns;
-            }
-            c
-        })
+        let mut counts = self.attributed();
+        let other = &mut counts[GcActivity::PauseOther as usize];
+        other.remote += pending;
+        other.wait_ns += pending_ns;
+        counts
     }
 }
 
@@ -134,6 +163,8 @@ mod tests {
                 kind: RegionKind::Old,
             },
         ]);
+        a.pause_started(map.clone());
+        assert_eq!(a.region_at(20 * PAGE), Some(RegionKind::Old));
         a.remote(ThreadClass::Application, None, 1, 100);
         a.remote(ThreadClass::Gc, None, 20, 1_000);
         a.remote(ThreadClass::Gc, None, 3, 2_000);
@@ -151,12 +182,9 @@ mod tests {
             3,
             "the application's fault is not the collector's"
         );
-        let facts = PauseFacts {
-            kind: PauseKind::Incremental,
-            start: &map,
-            free_at_end: &[(0, 16 * PAGE)],
-        };
-        let pages = a.pause_ended(Some(&facts), |p| p * PAGE);
+        let free: &[(usize, usize)] = &[(0, 16 * PAGE)];
+        let pages = a.pause_ended(Some((PauseKind::Incremental, free)), |p| p * PAGE);
+        assert_eq!(a.region_at(20 * PAGE), None, "no pause under way");
         assert_eq!(
             pages,
             vec![(3, GcActivity::YoungEvacuation), (20, GcActivity::CardScan)]
@@ -177,14 +205,15 @@ mod tests {
         a.remote(ThreadClass::GcConcurrent, None, 40, 1);
         assert_eq!(a.snapshot()[GcActivity::ConcurrentOther as usize].remote, 1);
         // A pause over the log's bound: the excess counts at once, nothing is lost.
+        a.pause_started(map);
         for p in 0..5 {
             a.remote(ThreadClass::Gc, None, p, 10);
         }
-        let full = PauseFacts {
-            kind: PauseKind::Full,
-            ..facts
-        };
-        assert_eq!(a.pause_ended(Some(&full), |p| p * PAGE).len(), 3);
+        assert_eq!(
+            a.pause_ended(Some((PauseKind::Full, free)), |p| p * PAGE)
+                .len(),
+            3
+        );
         let s = a.snapshot();
         assert_eq!(s[GcActivity::FullGc as usize].remote, 3);
         assert_eq!(s[GcActivity::PauseOther as usize].remote, 2);

@@ -25,9 +25,9 @@ use super::os;
 use super::page_table::{Claim, PageState};
 use super::parts::Parts;
 use super::reclaim::Arrival;
-use crate::gc_activity::GcActivity;
+use crate::gc_activity::{GcActivity, RegionKind};
 use crate::model::{FaultKind, ThreadClass, ThreadKind};
-use crate::policy::{Admission, Source};
+use crate::policy::Source;
 use crate::uffd::{CopyOutcome, Event};
 
 /// One page fault being served: the event (kept for a retry) and what was read from it.
@@ -358,13 +358,11 @@ impl<'a> Handler<'a> {
                         class,
                         source,
                     } => {
-                        let admission = policy.admission(class, source);
-                        self.p.reclaim.admit(
-                            p,
-                            arrival,
-                            admission == Admission::Cold,
-                            admission == Admission::ColdAfterPause,
-                        );
+                        let region = (class == ThreadClass::Gc)
+                            .then(|| self.p.attribution.region_at(self.p.ctx.page_addr(p)))
+                            .flatten();
+                        let admission = policy.admission(class, source, region);
+                        self.p.reclaim.admit(p, arrival, admission);
                     }
                     Joins::Reactivated {
                         slot,
@@ -512,6 +510,15 @@ impl<'a> Handler<'a> {
     /// A remote page: claimed and charged now, read with the batch's other remote pages in
     /// one request (`flush_fetches`), so that faults arriving together share a round trip.
     fn remote_fault(&mut self, f: Fault) {
+        if f.class == ThreadClass::Gc
+            && matches!(
+                self.p.attribution.region_at(self.p.ctx.page_addr(f.page)),
+                Some(RegionKind::Old | RegionKind::Humongous)
+            )
+        {
+            // The pause reads old regions through cards: read all its cards' pages at once.
+            self.p.pause_reads.old_region_fault(self.p);
+        }
         let Some(mut c) = self.p.ctx.table.claim(f.page, PageState::Remote) else {
             return self.retry.push(f.ev);
         };

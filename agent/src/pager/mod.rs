@@ -56,6 +56,7 @@ mod fault;
 mod os;
 mod page_table;
 mod parts;
+mod pause_reads;
 mod phases;
 mod prefetch_io;
 mod probe;
@@ -67,6 +68,7 @@ mod signal;
 pub use attribution::ActivityCount;
 pub use config::{FatalFn, PagerConfig, Replacement, Window};
 pub use counters::{Latencies, LatencyBuckets, PagerCounters, Role, CYCLE_GAP, LATENCY_BOUNDS_NS};
+pub use pause_reads::CardReader;
 pub use reclaim::{Decisions, ListSample, ReclaimCounters, DISTANCE_BUCKETS};
 
 use budget::Budget;
@@ -188,19 +190,22 @@ impl Pager {
         let budget = Arc::new(Budget::new(ctx.clone()));
         let phases = Arc::new(Phases::new(budget.pages()));
         let reclaim = Arc::new(Reclaimer::new(ctx.clone(), budget.clone(), phases.clone())?);
+        // A pause logs at most a heap's worth of faults (each page once, on average).
+        let attribution = Arc::new(attribution::Attribution::new(npages.max(1 << 16)));
         let prefetch = prefetching.then(|| {
             Arc::new(Prefetcher::new(
                 ctx.clone(),
                 budget.clone(),
                 reclaim.clone(),
+                attribution.clone(),
             ))
         });
         let parts = Arc::new(Parts {
             ctx,
             budget,
             phases,
-            // A pause logs at most a heap's worth of faults (each page once, on average).
-            attribution: attribution::Attribution::new(npages.max(1 << 16)),
+            attribution,
+            pause_reads: Default::default(),
             reclaim,
             prefetch,
         });
@@ -355,9 +360,13 @@ impl Pager {
 
     /// A stop-the-world GC pause has ended (JVMTI GarbageCollectionFinish): the pages its
     /// GC threads brought in become cold at the next reclaim, and its remote faults are
-    /// attributed by `facts` (`None`: nothing is known of the pause; they are `pause_other`).
+    /// attributed by `facts`, its kind and the ranges it left free, with the regions it
+    /// started with (`None`: nothing is known of the pause; they are `pause_other`).
     /// Never blocks on the network: it may be called from the GC's own callback.
-    pub fn gc_pause_finished(&self, facts: Option<&crate::gc_activity::PauseFacts<'_>>) {
+    pub fn gc_pause_finished(
+        &self,
+        facts: Option<(crate::gc_activity::PauseKind, &[(usize, usize)])>,
+    ) {
         let ctx = &self.parts.ctx;
         self.parts
             .attribution
@@ -365,11 +374,32 @@ impl Pager {
         self.parts.phases.pause_finished();
     }
 
+    /// A stop-the-world pause starts with the heap's regions as `regions` says (the caller is
+    /// the JVMTI GarbageCollectionStart callback): its faults are admitted by their region
+    /// and attributed by it when it ends. With `read`, the remote pages of its young regions,
+    /// which the pause evacuates, are read in bulk first. Returns the pages read.
+    pub fn gc_pause_started(&self, regions: crate::gc_activity::RegionMap, read: bool) -> usize {
+        // The map first: the pages read for the pause are admitted by their region.
+        self.parts.attribution.pause_started(regions.clone());
+        self.parts.pause_reads.started(&self.parts, &regions, read)
+    }
+
+    /// How the agent reads the cards a pause is about to scan (G1's card table).
+    pub fn set_card_reader(&self, r: CardReader) {
+        self.parts.pause_reads.set_card_reader(r);
+    }
+
     /// GC threads' remote faults and their waits by the collector's activity
     /// (`GcActivity::ALL` order); they sum to the `gc` and `gc-concurrent` classes' remote
     /// faults (read this first, then the fault counters).
     pub fn gc_faults(&self) -> [ActivityCount; crate::gc_activity::GcActivity::COUNT] {
         self.parts.attribution.snapshot()
+    }
+
+    /// As `gc_faults`, without a pause under way's faults (they count when it ends), and
+    /// without taking a lock a fault takes (for `/metrics`).
+    pub fn gc_faults_attributed(&self) -> [ActivityCount; crate::gc_activity::GcActivity::COUNT] {
+        self.parts.attribution.attributed()
     }
 
     /// A patched collector started (true) or finished (false) concurrent marking (gc-hooks):

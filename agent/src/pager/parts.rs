@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::attribution::Attribution;
 use super::budget::Budget;
 use super::context::Ctx;
+use super::pause_reads::PauseReads;
 use super::phases::Phases;
 use super::prefetch_io::Prefetcher;
 use super::reclaim::Reclaimer;
@@ -15,7 +16,9 @@ pub(super) struct Parts {
     pub budget: Arc<Budget>,
     pub phases: Arc<Phases>,
     /// GC threads' remote faults by the collector's activity.
-    pub attribution: Attribution,
+    pub attribution: Arc<Attribution>,
+    /// A pause's pages read in bulk.
+    pub pause_reads: PauseReads,
     pub reclaim: Arc<Reclaimer>,
     /// `None` when prefetching is off.
     pub prefetch: Option<Arc<Prefetcher>>,

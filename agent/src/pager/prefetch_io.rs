@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crossbeam_deque::{Injector, Steal, Worker};
 use swap_backend::PAGE_SIZE;
 
+use super::attribution::Attribution;
 use super::budget::{Budget, Charge};
 use super::context::Ctx;
 use super::page_table::PageState;
@@ -38,6 +39,9 @@ struct Job {
     pages: Vec<u32>,
     stream: Option<StreamKey>,
     class: ThreadClass,
+    /// Read for the pause under way (`read_for_pause`): counted and capped apart, and held
+    /// hot until the pause ends.
+    pause: bool,
 }
 
 /// A prefetched page kept unmapped so that its use is seen.
@@ -60,6 +64,8 @@ pub(super) struct Prefetcher {
     ctx: Arc<Ctx>,
     budget: Arc<Budget>,
     reclaim: Arc<Reclaimer>,
+    /// The pause's regions, for admitting its pages by their region.
+    attribution: Arc<Attribution>,
     /// The streams and a governor per stream class (one lock: both are touched on every
     /// window).
     streams: Mutex<(Streams, [Governor; ThreadClass::COUNT])>,
@@ -71,6 +77,9 @@ pub(super) struct Prefetcher {
     /// out the streams' windows, nor the reverse.
     hint_inflight: AtomicUsize,
     max_hint_inflight: usize,
+    /// The same for a pause's bulk reads.
+    pause_inflight: AtomicUsize,
+    max_pause_inflight: usize,
     markers: Mutex<Markers>,
     max_markers: usize,
     pub counters: PrefetchCounters,
@@ -78,7 +87,12 @@ pub(super) struct Prefetcher {
 }
 
 impl Prefetcher {
-    pub fn new(ctx: Arc<Ctx>, budget: Arc<Budget>, reclaim: Arc<Reclaimer>) -> Self {
+    pub fn new(
+        ctx: Arc<Ctx>,
+        budget: Arc<Budget>,
+        reclaim: Arc<Reclaimer>,
+        attribution: Arc<Attribution>,
+    ) -> Self {
         let config = &ctx.config;
         // Prefetched pages displace resident ones: a window, and all windows in flight
         // together, stay small next to the budget.
@@ -92,6 +106,10 @@ impl Prefetcher {
             inflight: AtomicUsize::new(0),
             hint_inflight: AtomicUsize::new(0),
             max_hint_inflight: (config.budget_pages / 8).max(32),
+            pause_inflight: AtomicUsize::new(0),
+            // A pause reads these pages whatever happens; a quarter of the budget leaves the
+            // rest to the application's working set and the pause's own copies.
+            max_pause_inflight: (config.budget_pages / 4).max(32),
             markers: Mutex::new(Markers::default()),
             // Markers are a small part of the budget: one per window in use.
             max_markers: (config.budget_pages / 32).clamp(8, 256),
@@ -100,6 +118,7 @@ impl Prefetcher {
             ctx,
             budget,
             reclaim,
+            attribution,
         }
     }
 
@@ -183,6 +202,7 @@ impl Prefetcher {
             pages,
             stream: Some(key),
             class,
+            pause: false,
         });
         pf.wake_workers();
     }
@@ -197,8 +217,31 @@ impl Prefetcher {
     /// the free pages above the low watermark dropped 70% of the hints on the graph workload.)
     /// `pages` are heap page numbers (`Pager::hint` converts and bounds the addresses).
     pub fn hint(&self, pages: &mut Vec<u32>) {
+        self.queue_certain(pages, ThreadClass::GcConcurrent, false);
+    }
+
+    /// A stop-the-world pause is about to read `pages` (its collection set's, its cards'):
+    /// the remote ones are read in bulk, in address order, by the prefetch workers, while the
+    /// pause's threads work on what is local; admitted for the pause and cold when it ends.
+    /// Never blocks; pages beyond a quarter of the budget in flight are left to the pause's
+    /// own faults (counted as dropped).
+    pub fn read_for_pause(&self, pages: &mut Vec<u32>) {
+        self.queue_certain(pages, ThreadClass::Gc, true);
+    }
+
+    /// Queues pages that will be read for certain (a hint or a pause's), lowest first, in
+    /// windows of the prefetch depth, within their cap.
+    fn queue_certain(&self, pages: &mut Vec<u32>, class: ThreadClass, pause: bool) {
         let pf = self;
-        let h = &pf.counters.hints;
+        let (h, inflight, cap) = if pause {
+            (
+                &pf.counters.pause_reads,
+                &pf.pause_inflight,
+                pf.max_pause_inflight,
+            )
+        } else {
+            (&pf.counters.hints, &pf.hint_inflight, pf.max_hint_inflight)
+        };
         h.requests.fetch_add(1, Ordering::Relaxed);
         h.pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
         pages.sort_unstable();
@@ -207,12 +250,13 @@ impl Prefetcher {
         if pages.is_empty() {
             return;
         }
-        // Lowest addresses first: the collector traces its deferred objects in that order.
-        let had = pf.hint_inflight.fetch_add(pages.len(), Ordering::SeqCst);
-        let room = pf.max_hint_inflight.saturating_sub(had);
+        // Lowest addresses first: the collector traces its deferred objects, and claims its
+        // regions and cards, in that order.
+        let had = inflight.fetch_add(pages.len(), Ordering::SeqCst);
+        let room = cap.saturating_sub(had);
         if room < pages.len() {
             let over = pages.len() - room;
-            pf.hint_inflight.fetch_sub(over, Ordering::SeqCst);
+            inflight.fetch_sub(over, Ordering::SeqCst);
             h.dropped.fetch_add(over as u64, Ordering::Relaxed);
             pages.truncate(room);
         }
@@ -225,11 +269,21 @@ impl Prefetcher {
             pf.jobs.push(Job {
                 pages: w.to_vec(),
                 stream: None,
-                class: ThreadClass::GcConcurrent,
+                class,
+                pause,
             });
         }
         pages.clear();
         pf.wake_workers();
+    }
+
+    /// The counters of a hint's or a pause read's job.
+    fn certain_counters(&self, job: &Job) -> &crate::prefetch::HintCounters {
+        if job.pause {
+            &self.counters.pause_reads
+        } else {
+            &self.counters.hints
+        }
     }
 
     /// A prefetch worker: fetches queued windows until the pager stops.
@@ -254,6 +308,7 @@ impl Prefetcher {
                     let n = job.pages.len();
                     let counter = match job.stream {
                         Some(_) => &pf.inflight,
+                        None if job.pause => &pf.pause_inflight,
                         None => &pf.hint_inflight,
                     };
                     self.fetch_window(job, &mut buf);
@@ -302,8 +357,7 @@ impl Prefetcher {
             self.budget.wake_reclaimer();
             let hint = job.stream.is_none();
             if hint {
-                pf.counters
-                    .hints
+                pf.certain_counters(&job)
                     .dropped
                     .fetch_add((claims.len() - charged) as u64, Ordering::Relaxed);
             }
@@ -337,8 +391,27 @@ impl Prefetcher {
         ctx.counters
             .pages_prefetched
             .fetch_add(ids.len() as u64, Ordering::Relaxed);
-        let admission = ctx.config.policy.admission(job.class, Source::Prefetch);
-        let cold = admission == Admission::Cold;
+        // A pause's pages serve the pause: admitted as its own faults' are, by their region;
+        // other windows' on probation (or cold, as the policy says).
+        let admission = |p: usize| {
+            let region = job
+                .pause
+                .then(|| self.attribution.region_at(ctx.page_addr(p)))
+                .flatten();
+            match ctx
+                .config
+                .policy
+                .admission(job.class, Source::Prefetch, region)
+            {
+                Admission::ColdAfterPause | Admission::HeldForPause if !job.pause => Admission::Hot,
+                a => a,
+            }
+        };
+        let arrival = if job.pause {
+            Arrival::Fault
+        } else {
+            Arrival::Prefetched
+        };
         let protect = ctx.tracks_dirty(job.class);
         let state = if protect {
             PageState::Clean
@@ -382,7 +455,7 @@ impl Prefetcher {
                 match o {
                     CopyOutcome::Copied | CopyOutcome::Exists => {
                         // On probation, not active: a guess never pushes out proven pages.
-                        self.reclaim.admit(p, Arrival::Prefetched, cold, false);
+                        self.reclaim.admit(p, arrival, admission(p));
                         c.finish(state);
                         mapped += 1;
                     }
@@ -398,8 +471,7 @@ impl Prefetcher {
         let c = &pf.counters.by_class[job.class as usize];
         let (Some(marker), Some(stream)) = (marker, job.stream) else {
             // A hint: every page mapped, none kept back.
-            pf.counters
-                .hints
+            pf.certain_counters(&job)
                 .fetched
                 .fetch_add(mapped as u64, Ordering::Relaxed);
             c.pages.fetch_add(mapped as u64, Ordering::Relaxed);

@@ -6,6 +6,7 @@
 // Unsafe here: madvise(2) on a heap mapping the JVM re-mapped; each block says why it is sound.
 #![allow(unsafe_code)]
 
+use crate::policy::Admission;
 use std::sync::atomic::Ordering;
 
 use swap_backend::PAGE_SIZE;
@@ -43,7 +44,7 @@ pub(super) fn register_and_adopt(parts: &Parts, start: usize, end: usize) -> std
         if r && parts.budget.adopt(first + i) {
             parts
                 .reclaim
-                .admit(first + i, Arrival::Speculative, false, false);
+                .admit(first + i, Arrival::Speculative, Admission::Hot);
         }
     }
     Ok(())

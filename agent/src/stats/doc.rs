@@ -436,6 +436,13 @@ pub struct GcDoc {
     pub full_pauses: u64,
     #[serde(default)]
     pub remark_cleanup_pauses: u64,
+    /// Pages read in bulk for pauses as they started (`pause_reads=on`): their young regions'
+    /// remote pages; and those left to the pause's own faults (too many in flight, the
+    /// reserve low).
+    #[serde(default)]
+    pub pause_read_pages: u64,
+    #[serde(default)]
+    pub pause_read_dropped: u64,
 }
 
 /// GC threads' remote faults by what the collector was doing (`gc_activity`): one entry per
@@ -638,6 +645,8 @@ impl StatsDoc {
                 incremental_pauses: 2,
                 full_pauses: 0,
                 remark_cleanup_pauses: 1,
+                pause_read_pages: 0,
+                pause_read_dropped: 0,
             },
             // The sample's 30 remote faults of the `gc` class.
             gc_faults: GcActivity::ALL
@@ -648,7 +657,7 @@ impl StatsDoc {
                         GcActivity::CardScan => 10,
                         _ => 0,
                     };
-                    let wait_ms = remote as f64 * 0.01;
+                    let wait_ms = remote as f64 * 10.0;
                     (a, ActivityDoc { remote, wait_ms })
                 })
                 .collect(),

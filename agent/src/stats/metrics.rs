@@ -205,6 +205,33 @@ fn paged(e: &mut Exposition, p: &Pager) {
         },
     );
 
+    let gc_faults = p.gc_faults_attributed();
+    e.family(
+        "memliner_jvm_gc_remote_faults_total",
+        "counter",
+        "GC threads' remote faults by what the collector was doing (a pause's counted when \
+         it ends).",
+    );
+    for (a, n) in crate::gc_activity::GcActivity::ALL.iter().zip(&gc_faults) {
+        e.sample(
+            "memliner_jvm_gc_remote_faults_total",
+            &[("activity", a.name())],
+            n.remote as f64,
+        );
+    }
+    e.family(
+        "memliner_jvm_gc_remote_wait_seconds_total",
+        "counter",
+        "Time GC threads spent on those faults, by activity.",
+    );
+    for (a, n) in crate::gc_activity::GcActivity::ALL.iter().zip(&gc_faults) {
+        e.sample(
+            "memliner_jvm_gc_remote_wait_seconds_total",
+            &[("activity", a.name())],
+            n.wait_ns as f64 / 1e9,
+        );
+    }
+
     let (read, prefetched) = (ld(&c.pages_read), ld(&c.pages_prefetched));
     e.family(
         "memliner_jvm_remote_read_pages_total",

@@ -40,8 +40,13 @@ impl GcTimes {
         }
     }
 
-    fn doc(&self) -> GcDoc {
+    fn doc(&self, pause_reads: Option<&crate::prefetch::HintCounters>) -> GcDoc {
+        let read = |f: fn(&crate::prefetch::HintCounters) -> &AtomicU64| {
+            pause_reads.map_or(0, |h| ld(f(h)))
+        };
         GcDoc {
+            pause_read_pages: read(|h| &h.fetched),
+            pause_read_dropped: read(|h| &h.dropped),
             pauses: self.pauses.load(Ordering::Relaxed),
             pause_total_ms: self.total_ns.load(Ordering::Relaxed) as f64 / 1e6,
             pause_max_ms: self.max_ns.load(Ordering::Relaxed) as f64 / 1e6,
@@ -127,7 +132,11 @@ pub fn document(
         }),
         prefetch: pager.and_then(prefetch_doc),
         faults,
-        gc: gc.doc(),
+        gc: gc.doc(
+            pager
+                .and_then(|p| p.prefetch_counters())
+                .map(|c| &c.pause_reads),
+        ),
         gc_faults,
         gc_hooks: crate::hooks::doc(
             pager.and_then(|p| p.prefetch_counters()).map(|c| &c.hints),

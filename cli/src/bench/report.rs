@@ -3,8 +3,11 @@
 
 use std::fmt::Write;
 
+use memliner_agent::gc_activity::GcActivity;
 use memliner_agent::model::ThreadClass;
-use memliner_agent::stats::doc::{GcHooksDoc, PagerDoc, Percentiles, PrefetchClassDoc};
+use memliner_agent::stats::doc::{
+    ActivityDoc, GcHooksDoc, PagerDoc, Percentiles, PrefetchClassDoc,
+};
 
 use super::cells::{cell, med, paged_cells, paged_workloads, pairs, workloads_of};
 use super::kernel::KernelFigures;
@@ -504,6 +507,74 @@ fn scraping(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
     }
 }
 
+/// GC threads' remote faults by what the collector was doing, and the time they waited on them
+/// (`gc_faults`): one column per activity that any run saw.
+fn gc_activity_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
+    let modes = [
+        Mode::Baseline,
+        Mode::Memliner,
+        Mode::MemlinerInProcess,
+        Mode::MemlinerGcHooks,
+    ];
+    let seen: Vec<GcActivity> = GcActivity::ALL
+        .iter()
+        .copied()
+        .filter(|a| {
+            rs.iter()
+                .filter_map(|r| r.stats.as_ref())
+                .any(|d| d.gc_faults.get(a).is_some_and(|x| x.remote > 0))
+        })
+        .collect();
+    if seen.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "\n## GC threads' remote faults by activity (medians)\n");
+    let _ = writeln!(
+        md,
+        "What the collector was doing when its threads read a remote page: remote faults, and in brackets the seconds its threads waited on them (all threads together). Pauses' faults are told by the page's region when the pause started and by what the pause freed; concurrent threads' by their names. `pause s`: the pauses' wall time.\n"
+    );
+    let head: Vec<&str> = seen.iter().map(|a| a.name()).collect();
+    let _ = writeln!(
+        md,
+        "| workload | collector | local | policy | {} | GC wait s | pause s |\n|---|---|---|---|{}---|---|",
+        head.join(" | "),
+        "---|".repeat(seen.len())
+    );
+    for (w, c, l) in paged_cells(cfg, rs) {
+        for mode in modes {
+            let cl = cell(rs, &w, &c, mode, l);
+            if cl.is_empty() {
+                continue;
+            }
+            let by = |a: GcActivity, f: fn(&ActivityDoc) -> f64| {
+                med(&cl, |r| r.stat(|d| d.gc_faults.get(&a).map(f)))
+            };
+            let cols: Vec<String> = seen
+                .iter()
+                .map(|&a| {
+                    format!(
+                        "{} ({})",
+                        fmt(by(a, |x| x.remote as f64), 0),
+                        fmt(by(a, |x| x.wait_ms / 1e3), 2)
+                    )
+                })
+                .collect();
+            let wait = med(&cl, |r| {
+                r.stat(|d| Some(d.gc_faults.values().map(|x| x.wait_ms).sum::<f64>() / 1e3))
+            });
+            let pause = med(&cl, |r| r.stat(|d| Some(d.gc.pause_total_ms / 1e3)));
+            let _ = writeln!(
+                md,
+                "| {w} | {c} | {l}% | {} | {} | {} | {} |",
+                mode.name(),
+                cols.join(" | "),
+                fmt(wait, 2),
+                fmt(pause, 2)
+            );
+        }
+    }
+}
+
 /// The sections read from each paged run's own stats document: faults by class, prefetching,
 /// memliner's levers, the data path. Left out when no run has one (a kernel-only or a
 /// cluster-only bench).
@@ -549,6 +620,8 @@ fn agent_sections(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
             );
         }
     }
+
+    gc_activity_section(md, cfg, rs);
 
     // Prefetching.
     let _ = writeln!(md, "\n## Prefetching (medians)\n");
@@ -1063,6 +1136,31 @@ mod tests {
         p.latency.thread_remote.p50_us = Some(30.0);
         p.latency.thread_remote.p99_us = Some(120.0);
         Some(d)
+    }
+
+    #[test]
+    fn the_report_attributes_gc_faults_to_what_the_collector_was_doing() {
+        let cfg = BenchConfig::quick("/tmp/x".into());
+        let rs = vec![
+            record(Mode::NoAgent, 100, 1000.0, None),
+            record(Mode::Memliner, 25, 6000.0, paged(1600, 0)),
+            record(Mode::Baseline, 25, 6500.0, paged(1700, 0)),
+        ];
+        let md = markdown(&cfg, &rs, &extras(Vec::new()));
+        assert!(
+            md.contains("## GC threads' remote faults by activity (medians)"),
+            "{md}"
+        );
+        // The sample's activities: only those some run saw get a column.
+        assert!(
+            md.contains("| young_evacuation | card_scan | GC wait s | pause s |"),
+            "{md}"
+        );
+        assert!(!md.contains("| concurrent_mark |"), "{md}");
+        assert!(
+            md.contains("| graph | G1 | 25% | memliner | 20 (0.20) | 10 (0.10) | 0.30 | 0.01 |"),
+            "{md}"
+        );
     }
 
     #[test]

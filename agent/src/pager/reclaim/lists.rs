@@ -83,6 +83,9 @@ pub enum Admit {
     Cold,
     /// A speculative page (prefetched, filled ahead): probation, never active on arrival.
     Speculative,
+    /// A page a pause under way needs again (its young regions'): active until the pause ends
+    /// and makes it cold.
+    Held,
 }
 
 /// How a refault was judged.
@@ -333,6 +336,7 @@ impl Lists {
         }
         match (how, judged) {
             (Admit::Cold, _) => self.push_back(List::Cold, p),
+            (Admit::Held, _) => self.push_back(List::Active, p),
             (Admit::Normal, Refault::Workingset { .. }) => {
                 self.clock += 1;
                 self.push_back(List::Active, p)

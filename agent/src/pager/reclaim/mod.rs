@@ -48,6 +48,7 @@ use super::context::Ctx;
 use super::os;
 use super::page_table::{Claim, PageState};
 use super::phases::Phases;
+use crate::policy::Admission;
 
 pub use self::lists::{Decisions, List, DISTANCE_BUCKETS};
 
@@ -285,14 +286,20 @@ impl Reclaimer {
         }
     }
 
-    /// Queues page `p`, just mapped by its claim holder, where the lists say. `cold`: the
-    /// policy admits it cold; `pause`: it is cold once the pause under way ends.
-    pub fn admit(&self, p: usize, arrival: Arrival, cold: bool, pause: bool) -> Refault {
-        let how = match arrival {
-            _ if cold => Admit::Cold,
-            Arrival::Refault | Arrival::Fault => Admit::Normal,
-            Arrival::Prefetched | Arrival::Speculative => Admit::Speculative,
+    /// Queues page `p`, just mapped by its claim holder, where the lists and the policy's
+    /// `admission` say (held and cold-after-pause pages are cold once the pause under way
+    /// ends).
+    pub fn admit(&self, p: usize, arrival: Arrival, admission: Admission) -> Refault {
+        let how = match (admission, arrival) {
+            (Admission::Cold, _) => Admit::Cold,
+            (Admission::HeldForPause, _) => Admit::Held,
+            (_, Arrival::Refault | Arrival::Fault) => Admit::Normal,
+            (_, Arrival::Prefetched | Arrival::Speculative) => Admit::Speculative,
         };
+        let pause = matches!(
+            admission,
+            Admission::ColdAfterPause | Admission::HeldForPause
+        );
         // Without working-set detection (FIFO) every page starts on probation.
         let refault = arrival == Arrival::Refault && self.replacement == Replacement::Lru;
         self.prefetched[p].store(arrival == Arrival::Prefetched, Ordering::Relaxed);
@@ -307,6 +314,18 @@ impl Reclaimer {
             self.demote_pause_pages(true);
         }
         judged
+    }
+
+    /// A pause is about to read mapped pages `pages` (the cards it will scan): a reference
+    /// each, so that the pause's own faults push out other pages than these. Pages no longer
+    /// on a mapped list are left alone (an inactive one comes back from its slot).
+    pub fn will_read(&self, pages: &[usize]) {
+        let mut l = self.lists.lock().unwrap();
+        for &p in pages {
+            if matches!(l.list_of(p), List::Probation | List::Active | List::Cold) {
+                l.referenced(p);
+            }
+        }
     }
 
     /// Mapped page `p` was written for the first time since it was mapped write-protected
