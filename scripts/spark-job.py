@@ -1,6 +1,6 @@
 """Spark jobs for `memliner bench --spark`, in local mode on the driver JVM, or with executors.
 
-    spark-job.py pagerank|groupby [--collector G1] [--heap 512m] [--scale N] [--jvm-flag F]...
+    spark-job.py pagerank|groupby|lr|kmeans|cc [--collector G1] [--heap 512m] [--scale N] [--jvm-flag F]...
                  [--executors N --executor-heap 768m]
 
 The memliner agent, when wanted, comes in the MEMLINER_AGENT_OPTS environment variable (an
@@ -8,7 +8,10 @@ The memliner agent, when wanted, comes in the MEMLINER_AGENT_OPTS environment va
 --executors N the job runs on Spark's local-cluster master (N separate executor JVMs, one core
 each) and the agent goes to the executors instead, through spark.executor.extraJavaOptions: give
 it a stats path with %p or ending in / there, so that each executor writes its own file.
-Integer arithmetic throughout, so the checksum is the same however the shuffle orders rows.
+Integer arithmetic throughout (the MLlib jobs' results rounded before they are folded), so the
+checksum is the same however the shuffle orders rows. lr, kmeans and cc are the MemLiner
+artifact's Spark jobs: logistic regression and KMeans (MLlib, over generated points) and a
+connected-components (transitive closure) job by label propagation.
 Prints one line: RESULT workload=spark-JOB checksum=HEX verified=true elapsed_ms=T
 """
 import argparse
@@ -115,9 +118,107 @@ def groupby(spark, scale):
     return h1 ^ h2
 
 
+def fold(values):
+    """A checksum of integers that does not depend on Python's hash seed."""
+    h = 0
+    for v in values:
+        h = (h * 1_000_003 ^ (v & 0xFFFFFFFFFFFFFFFF)) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def points(spark, rows, dims, clusters):
+    """Generated points: `clusters` centres, each point its centre plus hashed noise."""
+    from pyspark.sql import functions as F
+
+    def noise(j):
+        return ((F.abs(F.xxhash64("id", F.lit(j))) % 2_000_001) - 1_000_000) / 1_000_000.0
+
+    def centre(j):
+        return ((F.col("id") % clusters) * (j + 1) % 7 - 3).cast("double")
+
+    return spark.range(rows).select(
+        "id", *[(centre(j) + noise(j)).alias(f"x{j}") for j in range(dims)]
+    )
+
+
+def features(df, dims):
+    from pyspark.ml.feature import VectorAssembler
+
+    return VectorAssembler(
+        inputCols=[f"x{j}" for j in range(dims)], outputCol="features"
+    ).transform(df)
+
+
+def lr(spark, scale):
+    """MLlib logistic regression: a label from a fixed linear rule plus noise."""
+    from pyspark.ml.classification import LogisticRegression
+    from pyspark.sql import functions as F
+
+    dims = 10
+    df = points(spark, 300_000 * scale, dims, 8)
+    w = [(j % 5) - 2 for j in range(dims)]
+    score = sum(F.col(f"x{j}") * w[j] for j in range(dims))
+    noise = (F.abs(F.xxhash64("id", F.lit(99))) % 1000 - 500) / 250.0
+    df = df.withColumn("label", ((score + noise) > 0).cast("double"))
+    data = features(df, dims).select("features", "label").cache()
+    model = LogisticRegression(maxIter=20, regParam=0.01, tol=0.0).fit(data)
+    coef = list(model.coefficients) + [model.intercept]
+    return fold(int(round(c * 1000)) for c in coef)
+
+
+def kmeans(spark, scale):
+    """MLlib KMeans over clustered points."""
+    from pyspark.ml.clustering import KMeans
+
+    dims, k = 8, 8
+    data = features(points(spark, 300_000 * scale, dims, k), dims).select("features").cache()
+    model = KMeans(k=k, seed=1, maxIter=20, tol=0.0).fit(data)
+    centres = sorted(tuple(int(round(x * 100)) for x in c) for c in model.clusterCenters())
+    return fold(v for c in centres for v in c)
+
+
+def cc(spark, scale):
+    """Connected components by label propagation: each vertex takes the smallest label among
+    itself and its neighbours until nothing changes (at most 20 rounds)."""
+    from pyspark.sql import functions as F
+
+    n = 100_000 * scale
+    # A sparse random graph (1.2 edges a vertex: many components), both directions.
+    one = spark.range(n * 6 // 5).select(
+        (F.abs(F.xxhash64("id", F.lit(1))) % n).alias("a"),
+        (F.abs(F.xxhash64("id", F.lit(2))) % n).alias("b"),
+    )
+    edges = one.union(one.select(F.col("b").alias("a"), F.col("a").alias("b"))).cache()
+    labels = spark.range(n).select(F.col("id").alias("v"), F.col("id").alias("label"))
+    for _ in range(20):
+        proposed = (
+            edges.join(labels, edges.a == labels.v)
+            .select(F.col("b").alias("v"), "label")
+            .union(labels)
+            .groupBy("v")
+            .agg(F.min("label").alias("label"))
+            .localCheckpoint()
+        )
+        changed = (
+            proposed.withColumnRenamed("label", "new")
+            .join(labels, "v")
+            .where(F.col("new") != F.col("label"))
+            .count()
+        )
+        labels = proposed
+        if changed == 0:
+            break
+    components = labels.select("label").distinct().count()
+    h = labels.select(F.expr("bit_xor(xxhash64(v, label))").alias("h")).collect()[0]["h"]
+    return fold([components, h])
+
+
+JOBS = {"pagerank": pagerank, "groupby": groupby, "lr": lr, "kmeans": kmeans, "cc": cc}
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("job", choices=["pagerank", "groupby"])
+    p.add_argument("job", choices=list(JOBS))
     p.add_argument("--collector", default="G1")
     p.add_argument("--heap", default="512m")
     p.add_argument("--scale", type=int, default=1)
@@ -130,7 +231,7 @@ def main():
     t0 = time.time()
     spark = session(args)
     spark.sparkContext.setLogLevel("ERROR")
-    h = (pagerank if args.job == "pagerank" else groupby)(spark, args.scale)
+    h = JOBS[args.job](spark, args.scale)
     spark.stop()
     ms = int((time.time() - t0) * 1000)
     print(

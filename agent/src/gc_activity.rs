@@ -58,7 +58,14 @@ pub enum GcActivity {
     ConcurrentMark,
     /// Concurrent refinement threads (`G1 Refine#`): dirty cards of old regions.
     ConcurrentRefinement,
-    /// Other concurrent GC work: `G1 Service`, Shenandoah's and ZGC's concurrent workers.
+    /// A concurrently evacuating collector (Shenandoah) copying its collection set: its
+    /// concurrent threads' faults on collection-set regions while it has one.
+    ConcurrentEvacuation,
+    /// The same collector's other regions read while it has a collection set: references
+    /// updated to the copies.
+    ConcurrentUpdateRefs,
+    /// Other concurrent GC work: `G1 Service`, ZGC's workers, concurrent threads before a
+    /// collector's first pause.
     ConcurrentOther,
 }
 
@@ -72,6 +79,8 @@ impl GcActivity {
             self,
             GcActivity::ConcurrentMark
                 | GcActivity::ConcurrentRefinement
+                | GcActivity::ConcurrentEvacuation
+                | GcActivity::ConcurrentUpdateRefs
                 | GcActivity::ConcurrentOther
         )
     }
@@ -88,6 +97,8 @@ pub enum RegionKind {
     Humongous,
     /// Free regions.
     Free,
+    /// Regions a concurrently evacuating collector (Shenandoah) is collecting.
+    CollectionSet,
 }
 
 /// A run of heap bytes of one kind, `[start, end)`.
@@ -103,9 +114,40 @@ pub struct RegionSpan {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RegionMap {
     spans: Vec<RegionSpan>,
+    /// The collector evacuates concurrently and the map holds its collection set: its
+    /// concurrent threads' work is told from it (`concurrent_activity`).
+    concurrent_cset: bool,
 }
 
 impl RegionMap {
+    /// The collection set (`CollectionSet` spans, possibly none) of a collector that
+    /// evacuates concurrently (Shenandoah), read at the end of one of its pauses.
+    pub fn concurrent(spans: Vec<RegionSpan>) -> RegionMap {
+        RegionMap {
+            concurrent_cset: true,
+            ..RegionMap::new(spans)
+        }
+    }
+
+    /// What a concurrent GC thread reading `addr` does, while this map (from the last pause's
+    /// end) holds: with a collection set, a page in it is being evacuated and any other is
+    /// read to update its references; without one the collector is marking. `None`: the map
+    /// does not tell (a collector that evacuates in pauses only).
+    pub fn concurrent_activity(&self, addr: usize) -> Option<GcActivity> {
+        if !self.concurrent_cset {
+            return None;
+        }
+        let cset = self
+            .spans
+            .iter()
+            .any(|s| s.kind == RegionKind::CollectionSet);
+        Some(match self.kind_at(addr) {
+            Some(RegionKind::CollectionSet) => GcActivity::ConcurrentEvacuation,
+            _ if cset => GcActivity::ConcurrentUpdateRefs,
+            _ => GcActivity::ConcurrentMark,
+        })
+    }
+
     /// Takes `spans` in any order.
     pub fn new(mut spans: Vec<RegionSpan>) -> RegionMap {
         spans.sort_unstable_by_key(|s| s.start);
@@ -116,7 +158,10 @@ impl RegionMap {
                 _ => merged.push(s),
             }
         }
-        RegionMap { spans: merged }
+        RegionMap {
+            spans: merged,
+            concurrent_cset: false,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -170,7 +215,7 @@ impl PauseFacts<'_> {
             Some(RegionKind::Old) if self.freed(addr) => GcActivity::MixedEvacuation,
             Some(RegionKind::Old) => GcActivity::CardScan,
             Some(RegionKind::Humongous) => GcActivity::Humongous,
-            Some(RegionKind::Free) | None => GcActivity::PauseOther,
+            Some(RegionKind::Free | RegionKind::CollectionSet) | None => GcActivity::PauseOther,
         }
     }
 
@@ -281,6 +326,36 @@ mod tests {
         assert!(at(&f, &faults).iter().all(|&a| a == GcActivity::PauseOther));
     }
 
+    /// Shenandoah's cycle as its pauses leave it: no collection set (marking), one (its pages
+    /// evacuated, the rest read to update references), none again.
+    #[test]
+    fn a_concurrent_collector_s_work_is_told_by_its_collection_set() {
+        let marking = RegionMap::concurrent(vec![]);
+        assert_eq!(
+            marking.concurrent_activity(3 * R),
+            Some(GcActivity::ConcurrentMark)
+        );
+        let evacuating = RegionMap::concurrent(vec![span(2, 2, RegionKind::CollectionSet)]);
+        assert_eq!(
+            evacuating.concurrent_activity(3 * R + 8),
+            Some(GcActivity::ConcurrentEvacuation)
+        );
+        assert_eq!(
+            evacuating.concurrent_activity(5 * R),
+            Some(GcActivity::ConcurrentUpdateRefs)
+        );
+        // A collector that evacuates in its pauses: its map says nothing of concurrent work.
+        let g1 = RegionMap::new(vec![span(2, 2, RegionKind::Old)]);
+        assert_eq!(g1.concurrent_activity(3 * R), None);
+        // In a pause, a collection-set page is not guessed at.
+        let f = PauseFacts {
+            kind: PauseKind::Incremental,
+            start: &evacuating,
+            free_at_end: &[],
+        };
+        assert_eq!(f.classify(3 * R), GcActivity::PauseOther);
+    }
+
     #[test]
     fn names_and_pause_membership() {
         let names: Vec<&str> = GcActivity::ALL.iter().map(|a| a.name()).collect();
@@ -296,6 +371,8 @@ mod tests {
                 "pause_other",
                 "concurrent_mark",
                 "concurrent_refinement",
+                "concurrent_evacuation",
+                "concurrent_update_refs",
                 "concurrent_other"
             ]
         );

@@ -86,6 +86,8 @@ enum Layout {
         state: usize,
         /// States whose regions hold nothing (empty committed, trash).
         dead_states: Vec<i32>,
+        /// States of regions in the collection set (cset, pinned cset).
+        cset_states: Vec<i32>,
     },
 }
 
@@ -183,6 +185,24 @@ impl CardTable {
 unsafe fn word(addr: usize) -> usize {
     // SAFETY: the caller's contract.
     unsafe { (addr as *const usize).read_volatile() }
+}
+
+/// Follows a chain of pointers: `*slot`, then at each offset the pointer stored there; `None`
+/// at a null on the way.
+///
+/// # Safety
+/// Each step must read a pointer-sized field of a live VM structure.
+unsafe fn chase(slot: usize, offsets: &[usize]) -> Option<usize> {
+    // SAFETY: the caller's contract.
+    let mut p = unsafe { word(slot) };
+    for &off in offsets {
+        if p == 0 {
+            return None;
+        }
+        // SAFETY: the caller's contract.
+        p = unsafe { word(p + off) };
+    }
+    (p != 0).then_some(p)
 }
 
 impl GcLayout {
@@ -292,6 +312,10 @@ impl GcLayout {
                     },
                     state: vm.offset_of(&region("_state"))?,
                     dead_states: vec![state("_empty_committed")?, state("_trash")?],
+                    cset_states: ["_cset", "_pinned_cset"]
+                        .into_iter()
+                        .filter_map(|n| state(n).ok())
+                        .collect(),
                 }
             }
             other => return Err(format!("no dead-space reader for the {other} collector")),
@@ -324,15 +348,9 @@ impl GcLayout {
         // write cards meanwhile (marking them scanned): a byte read is the old or the new
         // value, either a fine guess of what will be read.
         unsafe {
-            let bs = word(ct.barrier_set);
-            if bs == 0 {
+            let Some(base) = chase(ct.barrier_set, &[ct.card_table, ct.byte_map_base]) else {
                 return false;
-            }
-            let table = word(bs + ct.card_table);
-            if table == 0 {
-                return false;
-            }
-            let base = word(table + ct.byte_map_base);
+            };
             for s in spans {
                 let (first, last) = (s.start >> ct.shift, (s.end - 1) >> ct.shift);
                 let cards =
@@ -405,7 +423,24 @@ impl GcLayout {
                         }
                     }
                 }
-                Layout::G1 { masks: None, .. } | Layout::Shenandoah { .. } => {}
+                Layout::Shenandoah {
+                    cset_states, state, ..
+                } => {
+                    if cset_states.is_empty() {
+                        return RegionMap::default();
+                    }
+                    self.shenandoah_regions(|bottom, end, _, r| {
+                        if cset_states.contains(&((r + state) as *const i32).read_volatile()) {
+                            spans.push(RegionSpan {
+                                start: bottom,
+                                end,
+                                kind: RegionKind::CollectionSet,
+                            });
+                        }
+                    });
+                    return RegionMap::concurrent(spans);
+                }
+                Layout::G1 { masks: None, .. } => {}
             }
         }
         RegionMap::new(spans)
@@ -447,6 +482,40 @@ impl GcLayout {
         }
     }
 
+    /// Calls `f(bottom, end, top, region)` for each of Shenandoah's regions (`region`: its
+    /// address, for its state).
+    ///
+    /// # Safety
+    /// As `dead_ranges`; `self` is a Shenandoah layout.
+    unsafe fn shenandoah_regions(&self, mut f: impl FnMut(usize, usize, usize, usize)) {
+        let Layout::Shenandoah {
+            heap,
+            count,
+            regions,
+            region,
+            ..
+        } = &self.layout
+        else {
+            return;
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            let (n, array) = (word(heap + count), word(heap + regions));
+            for i in 0..n {
+                let r = word(array + i * std::mem::size_of::<usize>());
+                if r == 0 {
+                    continue;
+                }
+                f(
+                    word(r + region.bottom),
+                    word(r + region.end),
+                    word(r + region.top),
+                    r,
+                );
+            }
+        }
+    }
+
     /// A generational space's `(bottom, top, end)`, if it exists and is consistent.
     ///
     /// # Safety
@@ -454,14 +523,7 @@ impl GcLayout {
     unsafe fn space(s: &SpacePath, space: &Bounds) -> Option<(usize, usize, usize)> {
         // SAFETY: the caller's contract.
         unsafe {
-            let generation = word(s.generation_slot);
-            if generation == 0 {
-                return None;
-            }
-            let sp = word(generation + s.space);
-            if sp == 0 {
-                return None;
-            }
+            let sp = chase(s.generation_slot, &[s.space])?;
             let (bottom, top, end) = (
                 word(sp + space.bottom),
                 word(sp + space.top),
@@ -512,32 +574,19 @@ impl GcLayout {
                     }
                 }
                 Layout::Shenandoah {
-                    heap,
-                    count,
-                    regions,
-                    region,
-                    state,
-                    dead_states,
-                } => {
-                    let (n, array) = (word(heap + count), word(heap + regions));
-                    for i in 0..n {
-                        let r = word(array + i * std::mem::size_of::<usize>());
-                        if r == 0 {
-                            continue;
-                        }
-                        let (bottom, end) = (word(r + region.bottom), word(r + region.end));
-                        let st = ((r + state) as *const i32).read_volatile();
-                        if dead_states.contains(&st) {
-                            out.push(DeadRange {
-                                start: bottom,
-                                end,
-                                reason: Reason::FreeRegion,
-                            });
-                        } else {
-                            above_top(out, word(r + region.top), end);
-                        }
+                    state, dead_states, ..
+                } => self.shenandoah_regions(|bottom, end, top, r| {
+                    let st = ((r + state) as *const i32).read_volatile();
+                    if dead_states.contains(&st) {
+                        out.push(DeadRange {
+                            start: bottom,
+                            end,
+                            reason: Reason::FreeRegion,
+                        });
+                    } else {
+                        above_top(out, top, end);
                     }
-                }
+                }),
             }
         }
     }

@@ -522,10 +522,14 @@ unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
                 .map_or(gc_activity::PauseKind::Incremental, |c| c.pause_ended());
             if let Some(p) = rt.pager.get() {
                 let mut dead = Vec::new();
+                let mut after = gc_activity::RegionMap::default();
                 if let Some(l) = rt.layout.get() {
                     // SAFETY: this is the GarbageCollectionFinish callback, which HotSpot runs
                     // at the safepoint that ends the collection.
-                    unsafe { l.dead_ranges(&mut dead) };
+                    unsafe {
+                        l.dead_ranges(&mut dead);
+                        after = l.region_map();
+                    }
                     p.release_dead(&dead);
                 }
                 let free: Vec<(usize, usize)> = dead
@@ -533,7 +537,7 @@ unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
                     .filter(|r| r.reason == gc_layout::Reason::FreeRegion)
                     .map(|r| (r.start, r.end))
                     .collect();
-                p.gc_pause_finished(Some((kind, &free)));
+                p.gc_pause_finished(Some((kind, &free)), after);
             }
             rt.gc.pause_finished(kind);
         }

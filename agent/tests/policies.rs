@@ -281,7 +281,7 @@ fn pages_a_pause_brought_in_go_cold_when_it_ends() {
         map[500..564].iter().all(|r| *r == 0),
         "the pause keeps its pages"
     );
-    pager.gc_pause_finished(None);
+    pager.gc_pause_finished(None, Default::default());
     // The application resumes on its working set and more: the pause's pages go first.
     for round in 2..4 {
         for p in 0..HOT {
@@ -413,4 +413,55 @@ fn pages_a_patched_collector_hints_are_fetched_cold_before_it_reads_them() {
     for &p in &remote {
         assert_eq!(region.read(p, 0), pattern(p, 0, 1));
     }
+}
+
+/// A pause's pages read in bulk race the application's writes to the same pages: every page
+/// read back holds its last write (a page written meanwhile is not Remote any more, so the
+/// bulk read skips it; one being read makes the writer wait for it).
+#[test]
+fn pages_read_for_a_pause_never_undo_a_write() {
+    use memliner_agent::gc_activity::{RegionKind, RegionMap, RegionSpan};
+    let region = Region::new(1024);
+    let n = region.pages;
+    let pager = start(&region, 96, memliner(), Classes::default());
+    for p in 0..n {
+        region.write(p, 0, pattern(p, 0, 1));
+    }
+    // The whole region is the collection set's young regions.
+    let young = RegionMap::new(vec![RegionSpan {
+        start: region.base,
+        end: region.base + region.len(),
+        kind: RegionKind::Young,
+    }]);
+    let queued = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for _ in 0..50 {
+                if pager.gc_pause_started(young.clone(), true) > 0 {
+                    queued.store(true, Ordering::SeqCst);
+                }
+                pager.gc_pause_finished(None, Default::default());
+            }
+        });
+        sc.spawn(|| {
+            for round in 2..=3 {
+                for p in (0..n).rev() {
+                    assert_eq!(region.read(p, 0), pattern(p, 0, round - 1), "page {p}");
+                    region.write(p, 0, pattern(p, 0, round));
+                }
+            }
+        });
+    });
+    for p in 0..n {
+        assert_eq!(region.read(p, 0), pattern(p, 0, 3), "page {p}");
+    }
+    assert!(
+        queued.load(Ordering::SeqCst),
+        "no pause found a remote page"
+    );
+    let reads = &pager.prefetch_counters().unwrap().pause_reads;
+    assert!(
+        reads.fetched.load(Ordering::SeqCst) > 0,
+        "no page was read for a pause"
+    );
 }

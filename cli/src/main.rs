@@ -146,7 +146,8 @@ enum Cmd {
         /// A shorter run (G1 only, 64 MiB heap, 100 and 25% local, 2 repetitions; about 10 minutes on 2 cores).
         #[arg(long)]
         quick: bool,
-        /// Add the Spark jobs (PageRank, group-by) on the first collector; needs
+        /// Add the Spark jobs (PageRank, group-by, MLlib logistic regression and KMeans,
+        /// connected components; 100, 25 and 13% local) on the first collector; needs
         /// scripts/spark-setup.sh once.
         #[arg(long)]
         spark: bool,

@@ -255,6 +255,24 @@ fn cell_on(
             s.gc_faults
         );
     }
+    let concurrent = faults.by_class.gc_concurrent.remote;
+    if gc == "Shenandoah" && local < 100 && concurrent > 1000 {
+        // Its concurrent work is told by the collection set its last pause left: marking,
+        // evacuation, reference updating (only the work before its first pause is not).
+        let told: u64 = [
+            GcActivity::ConcurrentMark,
+            GcActivity::ConcurrentEvacuation,
+            GcActivity::ConcurrentUpdateRefs,
+        ]
+        .iter()
+        .map(|a| s.gc_faults[a].remote)
+        .sum();
+        assert!(
+            told * 10 >= concurrent * 9,
+            "{what}: {told} of {concurrent} concurrent faults told apart: {:?}",
+            s.gc_faults
+        );
+    }
     if gc == "G1" && local < 100 && faults.by_class.gc.remote > 100 {
         let evacuated = s.gc_faults[&GcActivity::YoungEvacuation].remote
             + s.gc_faults[&GcActivity::MixedEvacuation].remote

@@ -28,18 +28,25 @@ pub(super) struct Attribution {
     /// Most faults logged for one pause; beyond, they count as `pause_other` at once (a pause
     /// that never ends must not grow the log without bound).
     max_log: usize,
+    /// The heap's first byte: page `p` is at `base + p * PAGE_SIZE`.
+    base: usize,
     /// The heap's regions when the pause under way started (empty between pauses).
     pause_regions: RwLock<RegionMap>,
+    /// The heap's regions when the last pause ended: a concurrently evacuating collector's
+    /// collection set, which tells its concurrent threads' work apart.
+    after_pause: RwLock<RegionMap>,
 }
 
 impl Attribution {
-    pub fn new(max_log: usize) -> Attribution {
+    pub fn new(max_log: usize, base: usize) -> Attribution {
         Attribution {
+            base,
             remote: Default::default(),
             wait_ns: Default::default(),
             pause_log: Mutex::new(Vec::new()),
             max_log,
             pause_regions: RwLock::default(),
+            after_pause: RwLock::default(),
         }
     }
 
@@ -57,6 +64,10 @@ impl Attribution {
     /// pauses, or where the map says nothing).
     pub fn region_at(&self, addr: usize) -> Option<RegionKind> {
         self.pause_regions.read().unwrap().kind_at(addr)
+    }
+
+    fn addr(&self, page: usize) -> usize {
+        self.base + page * swap_backend::PAGE_SIZE
     }
 
     fn add(&self, a: GcActivity, n: u64, ns: u64) {
@@ -78,20 +89,31 @@ impl Attribution {
                 }
             }
             ThreadClass::GcConcurrent => {
-                self.add(concurrent.unwrap_or(GcActivity::ConcurrentOther), 1, ns)
+                let a = match concurrent {
+                    Some(a) if a != GcActivity::ConcurrentOther => a,
+                    // A thread whose name says nothing: the last pause's collection set may.
+                    _ => self
+                        .after_pause
+                        .read()
+                        .unwrap()
+                        .concurrent_activity(self.addr(page))
+                        .unwrap_or(GcActivity::ConcurrentOther),
+                };
+                self.add(a, 1, ns)
             }
             _ => {}
         }
     }
 
     /// The pause ended: its logged faults are classified by `facts` (`None`: nothing known of
-    /// it, all `pause_other`); `addr_of` turns a page number into its address. Returns the
-    /// classified pages, sorted by page, for whoever plans the next pause's reads.
+    /// it, all `pause_other`); `after` is the heap's regions now, for the concurrent work
+    /// until the next pause. Returns the classified pages, sorted by page.
     pub fn pause_ended(
         &self,
         facts: Option<(PauseKind, &[(usize, usize)])>,
-        addr_of: impl Fn(usize) -> usize,
+        after: RegionMap,
     ) -> Vec<(u32, GcActivity)> {
+        *self.after_pause.write().unwrap() = after;
         let start = std::mem::take(&mut *self.pause_regions.write().unwrap());
         let facts = facts.map(|(kind, free_at_end)| PauseFacts {
             kind,
@@ -103,7 +125,9 @@ impl Attribution {
         log.sort_unstable_by_key(|&(p, _)| p);
         let mut pages = Vec::with_capacity(log.len());
         for (p, ns) in log {
-            let a = facts.map_or(GcActivity::PauseOther, |f| f.classify(addr_of(p as usize)));
+            let a = facts.map_or(GcActivity::PauseOther, |f| {
+                f.classify(self.addr(p as usize))
+            });
             self.add(a, 1, ns);
             pages.push((p, a));
         }
@@ -149,7 +173,7 @@ mod tests {
     /// counted once, under the activity its region and pause say, with its wait.
     #[test]
     fn scripted_faults_are_attributed_once_each() {
-        let a = Attribution::new(3);
+        let a = Attribution::new(3, 0);
         // Pages 0-15 young, 16-31 old at the pause's start.
         let map = RegionMap::new(vec![
             RegionSpan {
@@ -183,7 +207,7 @@ mod tests {
             "the application's fault is not the collector's"
         );
         let free: &[(usize, usize)] = &[(0, 16 * PAGE)];
-        let pages = a.pause_ended(Some((PauseKind::Incremental, free)), |p| p * PAGE);
+        let pages = a.pause_ended(Some((PauseKind::Incremental, free)), RegionMap::default());
         assert_eq!(a.region_at(20 * PAGE), None, "no pause under way");
         assert_eq!(
             pages,
@@ -210,7 +234,7 @@ mod tests {
             a.remote(ThreadClass::Gc, None, p, 10);
         }
         assert_eq!(
-            a.pause_ended(Some((PauseKind::Full, free)), |p| p * PAGE)
+            a.pause_ended(Some((PauseKind::Full, free)), RegionMap::default())
                 .len(),
             3
         );
@@ -220,7 +244,7 @@ mod tests {
         assert_eq!(total(&a), 9);
         // Nothing known of a pause: its faults are `pause_other`.
         a.remote(ThreadClass::Gc, None, 2, 10);
-        a.pause_ended(None, |p| p * PAGE);
+        a.pause_ended(None, RegionMap::default());
         assert_eq!(a.snapshot()[GcActivity::PauseOther as usize].remote, 3);
     }
 }

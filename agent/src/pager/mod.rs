@@ -191,7 +191,7 @@ impl Pager {
         let phases = Arc::new(Phases::new(budget.pages()));
         let reclaim = Arc::new(Reclaimer::new(ctx.clone(), budget.clone(), phases.clone())?);
         // A pause logs at most a heap's worth of faults (each page once, on average).
-        let attribution = Arc::new(attribution::Attribution::new(npages.max(1 << 16)));
+        let attribution = Arc::new(attribution::Attribution::new(npages.max(1 << 16), base));
         let prefetch = prefetching.then(|| {
             Arc::new(Prefetcher::new(
                 ctx.clone(),
@@ -361,16 +361,15 @@ impl Pager {
     /// A stop-the-world GC pause has ended (JVMTI GarbageCollectionFinish): the pages its
     /// GC threads brought in become cold at the next reclaim, and its remote faults are
     /// attributed by `facts`, its kind and the ranges it left free, with the regions it
-    /// started with (`None`: nothing is known of the pause; they are `pause_other`).
+    /// started with (`None`: nothing is known of the pause; they are `pause_other`); `after`,
+    /// the regions now, tells a concurrently evacuating collector's work until the next pause.
     /// Never blocks on the network: it may be called from the GC's own callback.
     pub fn gc_pause_finished(
         &self,
         facts: Option<(crate::gc_activity::PauseKind, &[(usize, usize)])>,
+        after: crate::gc_activity::RegionMap,
     ) {
-        let ctx = &self.parts.ctx;
-        self.parts
-            .attribution
-            .pause_ended(facts, |p| ctx.page_addr(p));
+        self.parts.attribution.pause_ended(facts, after);
         self.parts.phases.pause_finished();
     }
 

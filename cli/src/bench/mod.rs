@@ -26,13 +26,14 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::run::{launch, RunConfig};
 use crate::workloads::{self, Workload};
-use memliner_agent::options::{Budget, Dirty, FaultDelivery, Policy, Reclaim, Streams};
+use memliner_agent::options::{Budget, Dirty, FaultDelivery, PauseReads, Policy, Reclaim, Streams};
 use memliner_agent::stats::doc::StatsDoc;
 
 /// Local memory ratios of the matrix, in percent of the heap.
 pub const LOCALS: [u32; 4] = [100, 50, 31, 25];
-/// Local ratios of the (minutes-long) Spark jobs.
-pub const SPARK_LOCALS: [u32; 2] = [100, 25];
+/// Local ratios of the (minutes-long) Spark jobs (MemLiner's artifact runs its Spark jobs at
+/// 25% and 13%).
+pub const SPARK_LOCALS: [u32; 3] = [100, 25, 13];
 
 /// How a cell runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +74,9 @@ pub enum Mode {
     /// `policy=memliner` serving `/metrics` (`metrics=127.0.0.1:0`), scraped every second
     /// by the bench while it runs: what watching a JVM costs it.
     MemlinerScraped,
+    /// `memliner-in-process` with `pause_reads=off`: what reading a pause's pages in bulk
+    /// does, without the co-located server hiding it.
+    MemlinerInProcessNoPauseReads,
 }
 
 impl Mode {
@@ -93,6 +97,7 @@ impl Mode {
             Mode::MemlinerReplicated => "memliner-replicated",
             Mode::MemlinerKernelHeap => "memliner-at-kernel-heap",
             Mode::MemlinerScraped => "memliner-scraped",
+            Mode::MemlinerInProcessNoPauseReads => "memliner-in-process-no-pause-reads",
         }
     }
 }
@@ -497,6 +502,9 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     out.push(p(Mode::MemlinerFifo, 25));
                     out.push(p(Mode::MemlinerThreadFaults, 25));
                     out.push(p(Mode::MemlinerScraped, 25));
+                    if twin {
+                        out.push(p(Mode::MemlinerInProcessNoPauseReads, 25));
+                    }
                 }
                 // The transports side by side: tcp (the memliner cell), one-sided, in-process.
                 if cfg.transports && !cfg.kernel_only && java {
@@ -864,6 +872,10 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
         Mode::MemlinerFifo => base.with(|o| o.reclaim = Reclaim::Fifo),
         // `server=local`: pages in the JVM's own memory.
         Mode::MemlinerInProcess => base.with(|o| o.server_given = true),
+        Mode::MemlinerInProcessNoPauseReads => base.with(|o| {
+            o.server_given = true;
+            o.pause_reads = PauseReads::Off;
+        }),
         Mode::MemlinerThreadFaults => base.with(|o| o.faults = FaultDelivery::Thread),
         Mode::MemlinerGcHooks => RunConfig {
             gc_hooks: crate::run::GcHooks::On,

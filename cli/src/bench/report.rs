@@ -514,6 +514,7 @@ fn gc_activity_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
         Mode::Baseline,
         Mode::Memliner,
         Mode::MemlinerInProcess,
+        Mode::MemlinerInProcessNoPauseReads,
         Mode::MemlinerGcHooks,
     ];
     let seen: Vec<GcActivity> = GcActivity::ALL

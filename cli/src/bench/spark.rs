@@ -32,15 +32,30 @@ pub enum Deploy {
 pub enum Job {
     PageRank,
     GroupBy,
+    /// MLlib logistic regression (MemLiner's artifact runs Spark LR).
+    LogisticRegression,
+    /// MLlib KMeans.
+    KMeans,
+    /// Connected components by label propagation (a transitive closure).
+    ConnectedComponents,
 }
 
 impl Job {
-    pub const ALL: [Job; 2] = [Job::PageRank, Job::GroupBy];
+    pub const ALL: [Job; 5] = [
+        Job::PageRank,
+        Job::GroupBy,
+        Job::LogisticRegression,
+        Job::KMeans,
+        Job::ConnectedComponents,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Job::PageRank => "pagerank",
             Job::GroupBy => "groupby",
+            Job::LogisticRegression => "lr",
+            Job::KMeans => "kmeans",
+            Job::ConnectedComponents => "cc",
         }
     }
 }
