@@ -550,21 +550,25 @@ impl GcLayout {
                 });
             }
         };
+        // A region holds nothing when free, else nothing above its top.
+        let region = |out: &mut Vec<DeadRange>, free: bool, start, end, top| {
+            if free {
+                out.push(DeadRange {
+                    start,
+                    end,
+                    reason: Reason::FreeRegion,
+                });
+            } else {
+                above_top(out, top, end);
+            }
+        };
         // SAFETY: every load below reads the VM's own structures at offsets the VM describes,
         // through pointers taken from those structures, at a safepoint (the caller's
         // contract), while they do not change.
         unsafe {
             match &self.layout {
                 Layout::G1 { free_tag, .. } => self.g1_regions(|bottom, end, top, tag| {
-                    if tag == *free_tag {
-                        out.push(DeadRange {
-                            start: bottom,
-                            end,
-                            reason: Reason::FreeRegion,
-                        });
-                    } else {
-                        above_top(out, top, end);
-                    }
+                    region(out, tag == *free_tag, bottom, end, top)
                 }),
                 Layout::Spaces { spaces, space } => {
                     for s in spaces {
@@ -577,15 +581,7 @@ impl GcLayout {
                     state, dead_states, ..
                 } => self.shenandoah_regions(|bottom, end, top, r| {
                     let st = ((r + state) as *const i32).read_volatile();
-                    if dead_states.contains(&st) {
-                        out.push(DeadRange {
-                            start: bottom,
-                            end,
-                            reason: Reason::FreeRegion,
-                        });
-                    } else {
-                        above_top(out, top, end);
-                    }
+                    region(out, dead_states.contains(&st), bottom, end, top)
                 }),
             }
         }
