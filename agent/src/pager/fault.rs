@@ -358,7 +358,10 @@ impl<'a> Handler<'a> {
                         class,
                         source,
                     } => {
-                        let region = (class == ThreadClass::Gc)
+                        // Only a pause's reads are admitted by their region (its copy
+                        // destinations, zero-filled, are the application's whatever the
+                        // region): no lookup on the zero-fill path.
+                        let region = (class == ThreadClass::Gc && source != Source::ZeroFill)
                             .then(|| self.p.attribution.region_at(self.p.ctx.page_addr(p)))
                             .flatten();
                         let admission = policy.admission(class, source, region);
