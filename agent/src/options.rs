@@ -125,6 +125,15 @@ lowercase_enum! {
 }
 
 lowercase_enum! {
+    /// Whether every page read back is checked against the checksum it was written with
+    /// (`checksums=`).
+    pub enum Checksums {
+        On,
+        Off,
+    }
+}
+
+lowercase_enum! {
     /// What one prefetch stream follows (`streams=`).
     pub enum Streams {
         Thread,
@@ -396,6 +405,13 @@ pub static OPTIONS: &[OptionSpec] = &[
         default: "`on`",
     },
     choice_option! {
+        key: "checksums",
+        flag: flag("checksums", "on|off"),
+        field: checksums,
+        values: "`on`: the agent keeps a CRC-32 of every page it writes to a memory server and checks every page read back (demand and prefetch) before it is installed: a page with wrong bytes is read from another copy, or asked for once more from a single server, and otherwise stops the JVM with a message naming the page and the server; `off`: pages are installed as they come",
+        default: "`on`",
+    },
+    choice_option! {
         key: "dirty",
         flag: flag("dirty", "auto|track|assume"),
         field: dirty,
@@ -467,6 +483,22 @@ pub static OPTIONS: &[OptionSpec] = &[
             Ok(())
         },
         get: |o| o.latency.map(swap_backend::units::format_duration),
+    },
+    OptionSpec {
+        key: "deadline",
+        flag: flag("deadline", "DURATION"),
+        values: "the longest the agent waits on a memory server at a time (to connect, to send, for the next bytes of a reply); past it the server counts as lost, as if it had closed the connection: with a copy elsewhere the read goes there and the server rejoins when it answers again, without one the JVM stops with the page and the server named. a LAN with a dedicated server can use `500ms`; `0` waits as long as TCP does (minutes for a host that vanished)",
+        default: "`2s`",
+        set: |o, v| {
+            let d = swap_backend::units::parse_duration(v)?;
+            o.deadline = (!d.is_zero()).then_some(d);
+            Ok(())
+        },
+        get: |o| match o.deadline {
+            d if d == Options::default().deadline => None,
+            None => Some("0".into()),
+            Some(d) => Some(swap_backend::units::format_duration(d)),
+        },
     },
     choice_option! {
         key: "fallback",
@@ -595,6 +627,7 @@ pub struct Options {
     pub prefetch: usize,
     pub streams: Streams,
     pub pause_reads: PauseReads,
+    pub checksums: Checksums,
     pub reclaim: Reclaim,
     pub fallback: Fallback,
     /// Latency probe interval in ms (0: off).
@@ -603,6 +636,8 @@ pub struct Options {
     pub faults: FaultDelivery,
     /// Every store request takes at least this long (emulation, for planning).
     pub latency: Option<std::time::Duration>,
+    /// The longest one wait on a memory server lasts (`None`: TCP's own).
+    pub deadline: Option<std::time::Duration>,
     /// Where to serve `/metrics` (`HOST:PORT`, port 0: any free one).
     pub metrics: Option<std::net::SocketAddr>,
     /// Where to write the metrics target file (a template, as `stats`); `None`: the JVM's
@@ -629,6 +664,7 @@ impl Default for Options {
             prefetch: 32,
             streams: Streams::Thread,
             pause_reads: PauseReads::On,
+            checksums: Checksums::On,
             reclaim: Reclaim::Lru,
             fallback: Fallback::None,
             probe_ms: 10,
@@ -636,6 +672,10 @@ impl Default for Options {
             // fault's latency as its thread sees it fell 5-7x with the in-process store).
             faults: FaultDelivery::Signal,
             latency: None,
+            // Not shorter: on 2 cores under a test suite's load a co-located server went
+            // 500 ms without running (a replicated store then loses it and re-copies its
+            // pages; a single server's JVM would stop).
+            deadline: Some(std::time::Duration::from_secs(2)),
             metrics: None,
             metrics_file: None,
             job: None,

@@ -80,6 +80,13 @@ fn demand_connections(options: &Options) -> usize {
 
 fn connect(options: &Options) -> Result<Box<dyn PageStore>, String> {
     let store = connect_servers(options)?;
+    // A replicated store checks each server's copies itself (a bad one is read elsewhere).
+    let store: Box<dyn PageStore> =
+        if options.checksums == options::Checksums::On && store.integrity().is_none() {
+            Box::new(swap_backend::checksum::Checked::new(store))
+        } else {
+            store
+        };
     Ok(match options.latency {
         Some(l) => Box::new(swap_backend::LatencyStore::new(store, l)),
         None => store,
@@ -100,11 +107,13 @@ fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
         swap_backend::auth::load_token(options.token_file.as_deref().map(std::path::Path::new))?
             .unwrap_or_default();
     let connections = demand_connections(options);
+    let deadline = options.deadline;
     let open = move |url: &ServerUrl, namespace: String| {
         let client = ClientOptions {
             token: token.clone(),
             namespace,
             connections,
+            deadline,
         };
         match url.scheme {
             Scheme::Tcp => TcpStore::connect(&url.authority(), client)
@@ -136,7 +145,11 @@ fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
             )
         })
         .collect();
-    Ok(Box::new(ReplicatedStore::new(members, options.replicas())?))
+    Ok(Box::new(ReplicatedStore::with_checksums(
+        members,
+        options.replicas(),
+        options.checksums == options::Checksums::On,
+    )?))
 }
 
 fn load(options_str: &str) -> Result<(), String> {

@@ -406,6 +406,8 @@ fn server(url: &ServerUrl) -> Check {
             format!("memliner-doctor/{}/{n}", std::process::id())
         },
         connections: 1,
+        // A server that accepts and never answers must not hang the check.
+        deadline: Some(std::time::Duration::from_secs(5)),
     };
     let reached = match url.scheme {
         Scheme::Tcp => TcpStore::connect(&url.authority(), options)

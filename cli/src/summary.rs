@@ -101,6 +101,18 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
         pager.peak_resident_pages,
         budget
     ));
+    if let Some(i) = &pager.integrity {
+        out.push(format!(
+            "page checksums: {} pages verified, {} came back with wrong bytes (not installed){}",
+            i.pages_verified,
+            i.mismatches,
+            if i.pages_unchecked > 0 {
+                format!(", {} read without a checksum", i.pages_unchecked)
+            } else {
+                String::new()
+            }
+        ));
+    }
     if let Some(pf) = &stats.prefetch {
         let pct = |v: Option<f64>| v.map_or("–".to_string(), |x| format!("{:.0}%", x * 100.0));
         out.push(format!(

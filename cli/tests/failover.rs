@@ -15,7 +15,7 @@
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use memliner_agent::stats::doc::StatsDoc;
@@ -148,6 +148,25 @@ impl Server {
         self.child.wait().unwrap();
     }
 
+    /// SIGSTOP: the process stops answering while its sockets stay open (a hung host, as far
+    /// as its clients can tell).
+    fn stop(&self) {
+        Server::signal(&self.child, "-STOP");
+    }
+
+    fn cont(&self) {
+        Server::signal(&self.child, "-CONT");
+    }
+
+    fn signal(child: &Child, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {}", child.id());
+    }
+
     fn restart(&mut self) {
         (self.child, self.probe) = Server::spawn(self.port, &self.extra);
         self.starts += 1;
@@ -229,12 +248,26 @@ fn start_jvm(
     servers: &[&Server],
     stats: std::path::PathBuf,
 ) -> std::thread::JoinHandle<RunOutcome> {
+    start_jvm_with(w, gc, servers, stats, |_| {})
+}
+
+/// As `start_jvm`, with `options` changed as `f` says.
+fn start_jvm_with(
+    w: Workload,
+    gc: &str,
+    servers: &[&Server],
+    stats: std::path::PathBuf,
+    f: impl FnOnce(&mut memliner_agent::options::Options),
+) -> std::thread::JoinHandle<RunOutcome> {
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
     let cfg = RunConfig::default()
         .local(25)
         .servers(&urls.join("+"))
         .unwrap()
-        .with(|o| o.stats = Some(stats.display().to_string()));
+        .with(|o| {
+            o.stats = Some(stats.display().to_string());
+            f(o);
+        });
     let cmd = command(w, gc);
     std::thread::spawn(move || launch(&cfg, &cmd, true).unwrap())
 }
@@ -458,6 +491,186 @@ fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
     assert!(!out.stdout.contains("RESULT"), "{}", out.stdout);
 }
 
+/// A TCP relay in front of `target` that flips one byte in the middle of every `every`th read of
+/// at least 8 KiB from the server (page data, almost always): a memory server returning wrong
+/// bytes, or a confused proxy. Returns its address and the count of flips.
+fn corrupting_relay(target: u16, every: u64) -> (std::net::SocketAddr, Arc<AtomicU64>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let flips = Arc::new(AtomicU64::new(0));
+    let counted = flips.clone();
+    std::thread::spawn(move || {
+        let large = Arc::new(AtomicU64::new(0));
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+                continue;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let (mut c_in, mut c_out) = (client.try_clone().unwrap(), client);
+            let (mut s_in, mut s_out) = (server.try_clone().unwrap(), server);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c_in, &mut s_out);
+                let _ = s_out.shutdown(std::net::Shutdown::Both);
+            });
+            let (large, flips) = (large.clone(), counted.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 256 * 1024];
+                loop {
+                    let n = match s_in.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if n >= 8192 && large.fetch_add(1, Ordering::Relaxed) % every == every - 1 {
+                        buf[n / 2] ^= 0x20;
+                        flips.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    (addr, flips)
+}
+
+#[test]
+fn wrong_bytes_from_a_server_are_caught_and_read_from_the_other_copy() {
+    let (bad, good) = (Server::start(), Server::start());
+    let (relay, flips) = corrupting_relay(bad.port, 20);
+    let cfg = RunConfig::default()
+        .local(25)
+        .servers(&format!("tcp://{relay}+{}", good.url()))
+        .unwrap()
+        .with(|o| o.stats = Some(temp("corrupt.json").display().to_string()));
+    let out = launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap();
+    let what = "kv behind a relay that flips bytes";
+    let r = check_run(&out, Workload::Kv, what);
+    let flipped = flips.load(Ordering::Relaxed);
+    let integrity = out
+        .stats
+        .as_ref()
+        .and_then(|s| s.pager.as_ref())
+        .and_then(|p| p.integrity.clone())
+        .expect("integrity figures");
+    assert!(flipped > 0, "{what}: the relay flipped nothing");
+    // The relay's server is caught. (Once in about ten runs, all under the whole suite's load,
+    // one page also mismatched on the other server: not yet explained, see the notes.)
+    assert!(
+        integrity.mismatches > 0 && r.servers[0].mismatches > 0,
+        "{what}: {flipped} flips, {integrity:?}, {r:?}\nstderr: {}",
+        out.stderr
+    );
+    assert!(integrity.pages_verified > 0);
+    assert!(
+        out.stderr
+            .contains(&format!("memory server tcp://{relay}: page ")),
+        "{}",
+        out.stderr
+    );
+    eprintln!(
+        "{what}: {flipped} flips, {} pages caught ({} on the other server), {} read from the other copy, {} verified, wall {:.1} s",
+        integrity.mismatches,
+        r.servers[1].mismatches,
+        r.reads_failed_over,
+        integrity.pages_verified,
+        out.wall.as_secs_f64()
+    );
+}
+
+#[test]
+fn a_silent_server_is_lost_at_the_deadline_and_the_run_finishes_on_the_other() {
+    let servers = [Server::start(), Server::start()];
+    let what = "kv with one of two servers stopped (SIGSTOP) mid-run";
+    let before = servers[0].pages();
+    let jvm = start_jvm_with(
+        Workload::Kv,
+        "G1",
+        &[&servers[0], &servers[1]],
+        temp("silent.json"),
+        |o| o.deadline = Some(Duration::from_millis(500)),
+    );
+    // Once the JVM depends on it.
+    while servers[0].pages() <= before && !jvm.is_finished() {
+        std::thread::yield_now();
+    }
+    assert!(
+        !jvm.is_finished(),
+        "{what}: the JVM finished before the stop"
+    );
+    servers[0].stop();
+    let out = jvm.join().unwrap();
+    servers[0].cont();
+    let r = check_run(&out, Workload::Kv, what);
+    assert!(
+        r.servers[0].losses >= 1 && r.servers[1].up,
+        "{what}: {r:?}\nstderr: {}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains(&format!("memory server {} lost (", servers[0].url()))
+            && out.stderr.contains("no answer within the 500ms deadline"),
+        "{}",
+        out.stderr
+    );
+    eprintln!(
+        "{what}: lost {}x, {} reads failed over, 0 pages lost, wall {:.1} s",
+        r.servers[0].losses,
+        r.reads_failed_over,
+        out.wall.as_secs_f64()
+    );
+}
+
+#[test]
+fn a_single_silent_server_stops_the_jvm_naming_the_page_and_the_server() {
+    let server = Server::start();
+    let what = "kv with its only server stopped (SIGSTOP) mid-run";
+    let cfg = RunConfig::default()
+        .local(25)
+        .servers(&server.url())
+        .unwrap()
+        .with(|o| o.deadline = Some(Duration::from_millis(500)));
+    let jvm = std::thread::spawn(move || launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap());
+    while server.pages() == 0 && !jvm.is_finished() {
+        std::thread::yield_now();
+    }
+    assert!(
+        !jvm.is_finished(),
+        "{what}: the JVM finished before the stop"
+    );
+    server.stop();
+    let stopped = Instant::now();
+    let out = jvm.join().unwrap();
+    let took = stopped.elapsed();
+    server.cont();
+    assert_eq!(
+        out.status.code(),
+        Some(70),
+        "{what}\nstderr: {}",
+        out.stderr
+    );
+    let fatal = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("memliner: FATAL"))
+        .unwrap_or_else(|| panic!("{what}: no FATAL line\nstderr: {}", out.stderr));
+    assert!(
+        fatal.contains("heap page")
+            && fatal.contains(&server.url())
+            && fatal.contains("no answer within the 500ms deadline"),
+        "{fatal}"
+    );
+    eprintln!(
+        "{what}: the JVM stopped {:.2} s after the server: {fatal}",
+        took.as_secs_f64()
+    );
+}
+
 /// The body of `GET /metrics` at `addr`, if it answers.
 fn scrape(addr: &str) -> Option<String> {
     use std::io::{Read, Write};
@@ -529,7 +742,7 @@ fn spark_job(args: &[&str], agent: Option<&str>) -> Option<std::process::Output>
             std::env::var_os("MEMLINER_REQUIRE_SPARK").is_none(),
             "{why}"
         );
-        eprintln!("skipped: {why}");
+        swap_backend::conformance::skip(&format!("spark job {args:?}"), why);
         return None;
     }
     let mut cmd = Command::new(python);

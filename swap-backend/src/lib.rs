@@ -4,6 +4,7 @@
 //! Data flows one way: the agent's pager calls a [`PageStore`]; nothing here knows about JVMs.
 
 pub mod auth;
+pub mod checksum;
 pub mod conformance;
 pub mod cpu;
 pub mod fabric;

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
+use crate::checksum::{IntegrityStats, Mismatch, PageSums};
 use crate::protocol::{code, Lane, PAGE_SIZE};
 pub use crate::replication_stats::{ReplicationStats, ServerReplicaStats};
 use crate::store::{PageStore, StoreError};
@@ -115,6 +116,8 @@ struct Slot {
     rejoins: AtomicU64,
     pages_read: AtomicU64,
     pages_written: AtomicU64,
+    /// Pages it returned with other bytes than were written (not installed).
+    mismatches: AtomicU64,
 }
 
 /// Which servers hold each page: 2 bytes a page in segments allocated on first write, for the
@@ -202,6 +205,9 @@ struct Inner {
     pages_recopied: AtomicU64,
     reads_failed_over: AtomicU64,
     pages_lost: AtomicU64,
+    /// The checksum of every page written: a copy that reads otherwise is not installed
+    /// (`None`: checks off).
+    sums: Option<PageSums>,
 }
 
 /// Pages on several servers, each page on `replicas` of them (see the module's documentation).
@@ -224,12 +230,25 @@ fn is_loss(e: &StoreError) -> bool {
     match e {
         StoreError::Io { .. } | StoreError::Protocol { .. } => true,
         StoreError::Refused { code: c, .. } => *c == code::SESSION,
+        // Wrong bytes for a page: that copy is not read; the server stays (its other pages
+        // may be right, and a rewrite replaces the copy).
+        StoreError::Corrupt { .. } => false,
     }
 }
 
 impl ReplicatedStore {
     /// Connects to every member (all must answer) and keeps `replicas` copies of each page.
     pub fn new(members: Vec<Member>, replicas: usize) -> Result<ReplicatedStore, String> {
+        Self::with_checksums(members, replicas, true)
+    }
+
+    /// As `new`; `checksums`: whether every page read is checked against the checksum it was
+    /// written with (see `checksum`).
+    pub fn with_checksums(
+        members: Vec<Member>,
+        replicas: usize,
+        checksums: bool,
+    ) -> Result<ReplicatedStore, String> {
         let n = members.len();
         if n == 0 || n > MAX_SERVERS {
             return Err(format!(
@@ -272,6 +291,7 @@ impl ReplicatedStore {
                 rejoins: AtomicU64::new(0),
                 pages_read: AtomicU64::new(0),
                 pages_written: AtomicU64::new(0),
+                mismatches: AtomicU64::new(0),
             });
         }
         if up == 0 {
@@ -295,6 +315,7 @@ impl ReplicatedStore {
             pages_recopied: AtomicU64::new(0),
             reads_failed_over: AtomicU64::new(0),
             pages_lost: AtomicU64::new(0),
+            sums: checksums.then(PageSums::default),
         });
         let healer = if n > 1 {
             let i = inner.clone();
@@ -494,15 +515,17 @@ impl Inner {
         })
     }
 
-    /// Reads the pages at `positions` of `ids` from server `i` into their places in `out`.
+    /// Reads the pages at `positions` of `ids` from server `i` into their places in `out`;
+    /// returns those that came back with wrong bytes (their places in `out` are not to be
+    /// used).
     fn read_on(
         &self,
         i: usize,
         ids: &[u64],
         positions: &[usize],
         out: &mut [u8],
-    ) -> Result<(), Option<StoreError>> {
-        self.on_server(i, |store| {
+    ) -> Result<Vec<Mismatch>, Option<StoreError>> {
+        let ((), _) = self.on_server(i, |store| {
             if positions.len() == ids.len() {
                 return store.read_pages(ids, out);
             }
@@ -513,8 +536,17 @@ impl Inner {
                 out[p * PAGE_SIZE..(p + 1) * PAGE_SIZE].copy_from_slice(src);
             }
             Ok(())
-        })
-        .map(|((), _)| ())
+        })?;
+        let slot = &self.slots[i];
+        let Some(sums) = &self.sums else {
+            return Ok(Vec::new());
+        };
+        let bad = sums.check(ids, positions.iter().copied(), out, &slot.name);
+        if !bad.is_empty() {
+            slot.mismatches
+                .fetch_add(bad.len() as u64, Ordering::Relaxed);
+        }
+        Ok(bad)
     }
 
     /// Writes the pages at `positions` of `ids` (their bytes in `data`) to server `i`;
@@ -593,10 +625,18 @@ impl Inner {
                         .fetch_add(positions.len() as u64, Ordering::Relaxed);
                 }
                 match self.read_on(i, ids, &positions, out) {
-                    Ok(()) => {
+                    Ok(bad) => {
                         self.slots[i]
                             .pages_read
-                            .fetch_add(positions.len() as u64, Ordering::Relaxed);
+                            .fetch_add((positions.len() - bad.len()) as u64, Ordering::Relaxed);
+                        // Another copy, if there is one; else the read fails with this.
+                        if let Some(m) = bad.first() {
+                            errors[i] = Some(format!("returned wrong bytes: {m}"));
+                        }
+                        for m in bad {
+                            tried[m.pos] |= bit(i);
+                            pending.push(m.pos);
+                        }
                     }
                     Err(e) => {
                         if let Some(e) = e {
@@ -616,6 +656,9 @@ impl Inner {
 
     fn write(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
         let _gates = self.read_gates(ids);
+        if let Some(sums) = &self.sums {
+            sums.record(ids, data);
+        }
         let n = self.n();
         let mut got: Vec<Mask> = vec![0; ids.len()];
         let mut tried: Vec<Mask> = vec![0; ids.len()];
@@ -726,6 +769,9 @@ impl Inner {
         for (i, o) in on.iter().enumerate() {
             self.free_on(i, o);
         }
+        if let Some(sums) = &self.sums {
+            sums.forget(ids);
+        }
         Ok(())
     }
 
@@ -767,6 +813,7 @@ impl Inner {
                     pages: per[i],
                     pages_read: s.pages_read.load(Ordering::Relaxed),
                     pages_written: s.pages_written.load(Ordering::Relaxed),
+                    mismatches: s.mismatches.load(Ordering::Relaxed),
                 })
                 .collect(),
             pages,
@@ -981,6 +1028,10 @@ impl PageStore for ReplicatedStore {
 
     fn replication_counters(&self) -> Option<ReplicationStats> {
         Some(self.inner.stats_with(false))
+    }
+
+    fn integrity(&self) -> Option<IntegrityStats> {
+        self.inner.sums.as_ref().map(PageSums::stats)
     }
 }
 
@@ -1287,5 +1338,58 @@ mod tests {
         let s = store.stats();
         assert_eq!(s.pages_lost, 0);
         assert!(s.servers.iter().all(|s| s.up && s.rejoins >= 1), "{s:?}");
+    }
+
+    /// A store on two servers, the first of which returns page 7 with a byte flipped.
+    fn first_flips_page_7(replicas: usize) -> ReplicatedStore {
+        let flipper = crate::checksum::tests::Flipper {
+            inner: LocalStore::new(64),
+            bad: 7,
+            on: Arc::new(AtomicBool::new(true)),
+            once: false,
+        };
+        let servers = vec![
+            Member::connected(Box::new(flipper)),
+            Member::connected(Box::new(LocalStore::new(64))),
+        ];
+        ReplicatedStore::new(servers, replicas).unwrap()
+    }
+
+    #[test]
+    fn a_copy_with_wrong_bytes_is_read_from_the_other_server() {
+        let s = first_flips_page_7(2);
+        let ids: Vec<u64> = (0..16).collect();
+        let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 1)).collect();
+        s.write_pages(&ids, &data).unwrap();
+        let mut out = vec![0u8; 3 * PAGE_SIZE];
+        s.read_pages(&[6, 7, 8], &mut out).unwrap();
+        assert_eq!(
+            out,
+            [6, 7, 8]
+                .iter()
+                .flat_map(|&i| pattern(i, 1))
+                .collect::<Vec<u8>>()
+        );
+        let st = s.stats();
+        assert_eq!(st.servers[0].mismatches, 1);
+        assert_eq!(st.servers[1].mismatches, 0);
+        assert_eq!(st.reads_failed_over, 1);
+        assert_eq!(st.servers[0].pages_read, 2);
+        assert!(
+            st.servers[0].up,
+            "wrong bytes for one page do not lose the server"
+        );
+        assert_eq!(s.integrity().unwrap().mismatches, 1);
+    }
+
+    #[test]
+    fn wrong_bytes_on_the_only_copy_fail_the_read_naming_page_and_server() {
+        let s = first_flips_page_7(1);
+        // Page 7's stripe is on the first server only.
+        s.write_pages(&[7], &pattern(7, 1)).unwrap();
+        let mut out = vec![0u8; PAGE_SIZE];
+        let e = s.read_pages(&[7], &mut out).unwrap_err().to_string();
+        assert!(e.contains("page 7") && e.contains("flipper"), "{e}");
+        assert!(e.contains("wrong bytes"), "{e}");
     }
 }

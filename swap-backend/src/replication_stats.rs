@@ -36,4 +36,8 @@ pub struct ServerReplicaStats {
     pub pages: u64,
     pub pages_read: u64,
     pub pages_written: u64,
+    /// Pages it returned with other bytes than were written (read from another copy, or the
+    /// read failed).
+    #[serde(default)]
+    pub mismatches: u64,
 }

@@ -17,6 +17,10 @@ pub struct ClientOptions {
     /// How many demand connections to keep (one per concurrent caller, e.g. fault-handler
     /// threads); the prefetch and reclaim lanes get one more each.
     pub connections: usize,
+    /// The longest a connection waits for the server at a time (to connect, to send, for the
+    /// next bytes of a reply); past it the request fails and the connection is dropped, as
+    /// when the server closes it. `None`: wait as long as TCP does.
+    pub deadline: Option<std::time::Duration>,
 }
 
 thread_local! {
@@ -51,6 +55,12 @@ pub enum StoreError {
     },
     /// The server's reply does not fit the protocol.
     Protocol { store: String, message: String },
+    /// The server returned other bytes for a page than were written (see `checksum`).
+    Corrupt {
+        store: String,
+        page: u64,
+        message: String,
+    },
 }
 
 impl fmt::Display for StoreError {
@@ -62,6 +72,9 @@ impl fmt::Display for StoreError {
             }
             StoreError::Protocol { store, message } => {
                 write!(f, "memory server {store}: protocol error: {message}")
+            }
+            StoreError::Corrupt { store, message, .. } => {
+                write!(f, "memory server {store} returned wrong bytes: {message}")
             }
         }
     }
@@ -93,6 +106,10 @@ pub trait PageStore: Send + Sync {
     /// [`PageStore::replication`]'s counters without the pages held per server (0): cheap
     /// enough for every scrape of `/metrics`, and taking no lock a fault takes.
     fn replication_counters(&self) -> Option<crate::replication_stats::ReplicationStats> {
+        None
+    }
+    /// What the end-to-end page checks found, for a store that checks (`checksum`).
+    fn integrity(&self) -> Option<crate::checksum::IntegrityStats> {
         None
     }
 }
@@ -262,6 +279,10 @@ impl PageStore for LatencyStore {
 
     fn replication_counters(&self) -> Option<crate::replication_stats::ReplicationStats> {
         self.inner.replication_counters()
+    }
+
+    fn integrity(&self) -> Option<crate::checksum::IntegrityStats> {
+        self.inner.integrity()
     }
 }
 

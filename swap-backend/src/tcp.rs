@@ -57,6 +57,19 @@ impl TcpStore {
     }
 
     fn io(&self, error: std::io::Error) -> StoreError {
+        // A socket timeout (SO_RCVTIMEO, SO_SNDTIMEO) reads as EAGAIN: say what it means.
+        let error = match (error.kind(), self.options.deadline) {
+            (std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut, Some(d)) => {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "no answer within the {} deadline",
+                        crate::units::format_duration(d)
+                    ),
+                )
+            }
+            _ => error,
+        };
         StoreError::Io {
             store: self.describe(),
             error,
@@ -99,7 +112,8 @@ impl TcpStore {
         let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
         let mut stream = None;
         for a in addrs {
-            match TcpStream::connect_timeout(&a, Duration::from_secs(5)) {
+            let wait = self.options.deadline.unwrap_or(Duration::from_secs(5));
+            match TcpStream::connect_timeout(&a, wait) {
                 Ok(s) => {
                     stream = Some(s);
                     break;
@@ -109,6 +123,13 @@ impl TcpStore {
         }
         let stream = stream.ok_or_else(|| self.io(last))?;
         stream.set_nodelay(true).map_err(|e| self.io(e))?;
+        // Every wait for this server is bounded: a silent server (a hung host, a pulled cable,
+        // a stopped process) fails the request like a closed connection, and a replicated
+        // store reads the other copy.
+        stream
+            .set_read_timeout(self.options.deadline)
+            .and_then(|()| stream.set_write_timeout(self.options.deadline))
+            .map_err(|e| self.io(e))?;
         let mut conn = Conn {
             reader: BufReader::with_capacity(
                 256 << 10,
@@ -386,9 +407,49 @@ mod tests {
                 token: String::new(),
                 namespace: "test".into(),
                 connections: 1,
+                deadline: None,
             },
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_server_that_stops_answering_fails_the_request_at_the_deadline() {
+        // Answers the first read, then reads requests and never answers (a hung server: the
+        // connection stays open).
+        let (addr, hellos) = scripted(|h, n, s| {
+            if n == 0 {
+                Reply::ReadOk(&[5u8; PAGE_SIZE])
+                    .write_to(s, h.request)
+                    .unwrap();
+            }
+        });
+        let c = TcpStore::connect(
+            &addr,
+            ClientOptions {
+                namespace: "test".into(),
+                connections: 1,
+                deadline: Some(Duration::from_millis(200)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut out = vec![0u8; PAGE_SIZE];
+        c.read_pages(&[1], &mut out).unwrap();
+        assert_eq!(out, vec![5u8; PAGE_SIZE]);
+        let e = c.read_pages(&[1], &mut out).unwrap_err();
+        assert!(
+            matches!(&e, StoreError::Io { error, .. } if error.kind() == std::io::ErrorKind::TimedOut),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains("no answer within the 200ms deadline"),
+            "{e}"
+        );
+        // The connection was dropped: the next request says hello on a new one.
+        let _ = c.read_pages(&[1], &mut out);
+        assert_eq!(hellos.load(Ordering::SeqCst), 2);
     }
 
     #[test]

@@ -30,6 +30,7 @@ fn client(s: &ServerHandle, ns: &str, token: &str) -> TcpStore {
             token: token.into(),
             namespace: ns.into(),
             connections: 2,
+            deadline: None,
         },
     )
     .unwrap()
@@ -130,6 +131,7 @@ fn wrong_token_is_refused() {
             token: "guess".into(),
             namespace: "a".into(),
             connections: 1,
+            deadline: None,
         },
     )
     .unwrap_err();

@@ -467,6 +467,11 @@ impl Pager {
         self.parts.ctx.store.replication()
     }
 
+    /// What the end-to-end page checks found (`None`: checks off).
+    pub fn integrity(&self) -> Option<swap_backend::checksum::IntegrityStats> {
+        self.parts.ctx.store.integrity()
+    }
+
     /// [`Pager::replication`] without the pages held per server: for every scrape.
     pub fn replication_counters(&self) -> Option<swap_backend::replica::ReplicationStats> {
         self.parts.ctx.store.replication_counters()

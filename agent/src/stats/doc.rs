@@ -98,6 +98,10 @@ pub struct PagerDoc {
     /// With several memory servers: each one's state, losses and rejoins, and the copies.
     #[serde(default)]
     pub replication: Option<swap_backend::replica::ReplicationStats>,
+    /// The end-to-end page checks (`checksums=on`): pages verified, pages that came back with
+    /// wrong bytes (never installed).
+    #[serde(default)]
+    pub integrity: Option<swap_backend::checksum::IntegrityStats>,
     /// How faults were delivered: `signal` or `thread`.
     pub delivery: FaultDelivery,
     /// Faults served by the faulting thread itself (`faults=signal`).
@@ -515,6 +519,7 @@ impl StatsDoc {
                 heap_pages: 16384,
                 store: "tcp://127.0.0.1:1".into(),
                 replication: None,
+                integrity: None,
                 delivery: FaultDelivery::Signal,
                 signal_faults: 90,
                 discard: "process_madvise".into(),

@@ -372,6 +372,21 @@ fn paged(e: &mut Exposition, p: &Pager) {
         e.single(name, "counter", help, v as f64);
     }
 
+    if let Some(i) = p.integrity() {
+        e.single(
+            "memliner_jvm_pages_verified_total",
+            "counter",
+            "Pages read back and found as they were written (checksums=on).",
+            i.pages_verified as f64,
+        );
+        e.single(
+            "memliner_jvm_page_checksum_mismatches_total",
+            "counter",
+            "Pages a memory server returned with other bytes than were written (never installed).",
+            i.mismatches as f64,
+        );
+    }
+
     if let Some(r) = p.replication_counters() {
         e.family(
             "memliner_jvm_server_up",
@@ -405,6 +420,11 @@ fn paged(e: &mut Exposition, p: &Pager) {
                 "memliner_jvm_server_written_pages_total",
                 "Pages written to each server.",
                 |s| s.pages_written,
+            ),
+            (
+                "memliner_jvm_server_checksum_mismatches_total",
+                "Pages each server returned with other bytes than were written.",
+                |s| s.mismatches,
             ),
         ] {
             e.family(name, "counter", help);

@@ -225,6 +225,7 @@ fn pager_doc(p: &Pager, remote_faults: u64, dead_why_not: Option<&str>) -> Pager
         heap_pages: p.npages() as u64,
         store: p.store_description(),
         replication: p.replication(),
+        integrity: p.integrity(),
         delivery: p.delivery(),
         signal_faults: ld(&c.signal_faults),
         discard: if p.uses_process_madvise() {

@@ -111,6 +111,8 @@ pub struct FabricStore {
     // Drop order: channels before the domain and the info they were opened from.
     channels: Vec<Mutex<Option<Channel>>>,
     register: bool,
+    /// The longest a transfer waits without a completion (`ClientOptions::deadline`).
+    deadline: Option<Duration>,
     domain: Arc<Domain>,
     info: Info,
 }
@@ -133,8 +135,14 @@ impl FabricStore {
             .map_err(io)?
             .next()
             .ok_or_else(|| io(std::io::Error::other("no address")))?;
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(io)?;
+        let wait = options.deadline.unwrap_or(Duration::from_secs(5));
+        let stream = TcpStream::connect_timeout(&addr, wait).map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
+        // The control channel's waits are bounded as a TCP store's are.
+        stream
+            .set_read_timeout(options.deadline)
+            .and_then(|()| stream.set_write_timeout(options.deadline))
+            .map_err(io)?;
         let mut control = Control {
             reader: BufReader::new(stream.try_clone().map_err(io)?),
             writer: BufWriter::new(stream),
@@ -193,6 +201,7 @@ impl FabricStore {
             control: Mutex::new(control),
             lost: AtomicBool::new(false),
             register: info.mr_mode() & FI_MR_LOCAL != 0,
+            deadline: options.deadline,
             attach,
             capacity_pages,
             table: Mutex::new(Table::default()),
@@ -236,6 +245,12 @@ impl FabricStore {
             self.register,
             index as u64 + 1,
         )
+        .map(|mut ch| {
+            if let Some(d) = self.deadline {
+                ch.set_timeout(d);
+            }
+            ch
+        })
         .map_err(|e| {
             self.io(format!(
                 "cannot connect a data endpoint ({}): {e}",

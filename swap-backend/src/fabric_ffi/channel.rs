@@ -82,6 +82,11 @@ impl Channel {
         })
     }
 
+    /// The longest a transfer waits without a completion before it fails (30 s unless set).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
     /// The channel's buffer, for filling before writes and reading after reads.
     pub fn buffer(&mut self) -> &mut [u8] {
         // SAFETY: no transfer is in flight outside `transfer` (which holds `&mut self`), so
@@ -186,7 +191,10 @@ impl Channel {
                 return Err(fail(
                     "one-sided transfer",
                     libc::ETIMEDOUT,
-                    format!("no completion in {} s", self.timeout.as_secs()),
+                    format!(
+                        "no completion within {}",
+                        crate::units::format_duration(self.timeout)
+                    ),
                 ));
             }
         }
