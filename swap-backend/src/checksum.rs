@@ -147,13 +147,13 @@ impl PageSums {
 
     /// Checks the pages at `positions` of `ids`, their bytes at the same positions of `out`;
     /// returns those that do not match what was written (counted, and logged as coming from
-    /// `server`).
+    /// the server `server` names: asked only on a mismatch, so that a read pays no naming).
     pub fn check(
         &self,
         ids: &[u64],
         positions: impl IntoIterator<Item = usize>,
         out: &[u8],
-        server: &str,
+        server: impl Fn() -> String,
     ) -> Vec<Mismatch> {
         let mut bad = Vec::new();
         let (mut ok, mut unchecked) = (0, 0);
@@ -180,6 +180,7 @@ impl PageSums {
             self.unchecked.fetch_add(unchecked, Ordering::Relaxed);
         }
         if !bad.is_empty() {
+            let server = server();
             let before = self
                 .mismatches
                 .fetch_add(bad.len() as u64, Ordering::Relaxed);
@@ -234,8 +235,8 @@ impl Checked {
 impl PageStore for Checked {
     fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
         self.inner.read_pages(ids, out)?;
-        let server = self.inner.describe();
-        let bad = self.sums.check(ids, 0..ids.len(), out, &server);
+        let server = || self.inner.describe();
+        let bad = self.sums.check(ids, 0..ids.len(), out, server);
         if bad.is_empty() {
             return Ok(());
         }
@@ -243,10 +244,10 @@ impl PageStore for Checked {
         let again: Vec<u64> = bad.iter().map(|m| m.id).collect();
         let mut buf = vec![0u8; again.len() * PAGE_SIZE];
         self.inner.read_pages(&again, &mut buf)?;
-        let still = self.sums.check(&again, 0..again.len(), &buf, &server);
+        let still = self.sums.check(&again, 0..again.len(), &buf, server);
         if let Some(m) = still.first() {
             return Err(StoreError::Corrupt {
-                store: server,
+                store: server(),
                 page: m.id,
                 message: format!("{m}, twice"),
             });

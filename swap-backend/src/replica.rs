@@ -541,7 +541,7 @@ impl Inner {
         let Some(sums) = &self.sums else {
             return Ok(Vec::new());
         };
-        let bad = sums.check(ids, positions.iter().copied(), out, &slot.name);
+        let bad = sums.check(ids, positions.iter().copied(), out, || slot.name.clone());
         if !bad.is_empty() {
             slot.mismatches
                 .fetch_add(bad.len() as u64, Ordering::Relaxed);
