@@ -1,17 +1,19 @@
 //! Released ranges (a patched collector's freed regions) on a plain mmap region: every page
 //! wholly inside is dropped wherever it was (mapped, inactive in a slot, or only in the store),
 //! reads back as zeros without a remote fetch, and gives its budget back; pages outside, and a
-//! page only partly inside, keep their bytes.
+//! page only partly inside, keep their bytes. A page whose write-back is in flight when its
+//! range is released is dropped too, and stays dropped once the write lands.
 
 // Tests map regions and read the pager's residency map raw.
 #![allow(unsafe_code)]
 
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
 
 use memliner_agent::model::{FaultKind, ThreadClass};
 use memliner_agent::pager::PagerConfig;
 use memliner_agent::policy::Baseline;
-use swap_backend::{LocalStore, PAGE_SIZE};
+use swap_backend::{LocalStore, PageStore, StoreError, PAGE_SIZE};
 
 mod common;
 use common::{start_pager, AllApp, Region};
@@ -75,4 +77,161 @@ fn released_pages_read_back_as_zeros_without_a_fetch_and_the_rest_keep_their_byt
     // Outside the region, or less than a page: nothing.
     assert_eq!(pager.release(0x1000, PAGE_SIZE), 0);
     assert_eq!(pager.release(region.base + 8, PAGE_SIZE), 0);
+}
+
+/// A store whose first write from the reclaimer, once armed, waits until the test opens the
+/// gate; the pages it carries are in write-back meanwhile. (Other threads' writes, a fault's
+/// direct reclaim among them, go through: the test's faults never wait on the gate.)
+struct GatedWrites {
+    store: LocalStore,
+    gate: Mutex<Gate>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Gate {
+    armed: bool,
+    held: Option<Vec<u64>>,
+    open: bool,
+    landed: bool,
+}
+
+impl GatedWrites {
+    fn wait(&self, until: impl Fn(&Gate) -> bool) -> std::sync::MutexGuard<'_, Gate> {
+        let mut g = self.gate.lock().unwrap();
+        while !until(&g) {
+            g = self.changed.wait(g).unwrap();
+        }
+        g
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Gate)) {
+        f(&mut self.gate.lock().unwrap());
+        self.changed.notify_all();
+    }
+}
+
+/// The pager's handle on the test's store.
+struct Shared(Arc<GatedWrites>);
+
+impl PageStore for Shared {
+    fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
+        self.0.store.read_pages(ids, out)
+    }
+    fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
+        self.0.write_pages(ids, data)
+    }
+    fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
+        self.0.store.free_pages(ids)
+    }
+    fn describe(&self) -> String {
+        "gated".into()
+    }
+}
+
+impl GatedWrites {
+    fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
+        let hold = {
+            let mut g = self.gate.lock().unwrap();
+            let hold = g.armed
+                && g.held.is_none()
+                && std::thread::current().name() == Some("memliner-reclaim");
+            if hold {
+                g.held = Some(ids.to_vec());
+            }
+            hold
+        };
+        if !hold {
+            return self.store.write_pages(ids, data);
+        }
+        self.changed.notify_all();
+        drop(self.wait(|g| g.open));
+        let r = self.store.write_pages(ids, data);
+        self.update(|g| g.landed = true);
+        r
+    }
+}
+
+struct OpenOnDrop<'a>(&'a GatedWrites);
+impl Drop for OpenOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.update(|g| g.open = true);
+    }
+}
+
+#[test]
+fn a_page_released_while_its_write_back_is_in_flight_stays_dropped() {
+    let region = Region::new(PAGES);
+    let store = Arc::new(GatedWrites {
+        store: LocalStore::new(PAGES as u64),
+        gate: Mutex::default(),
+        changed: Condvar::new(),
+    });
+    let pager = start_pager(
+        &region,
+        PagerConfig {
+            fill_ahead: 0,
+            prefetch_depth: 0,
+            policy: Arc::new(Baseline { prefetch: false }),
+            ..common::config(BUDGET)
+        },
+        Box::new(Shared(store.clone())),
+        Box::new(AllApp),
+    );
+    // A failed assertion opens the gate on its way out: the held write-back must not keep
+    // the pager from stopping.
+    let _open = OpenOnDrop(&store);
+    let remote = || {
+        pager.counters().faults[ThreadClass::Application as usize][FaultKind::Remote as usize]
+            .load(Ordering::SeqCst)
+    };
+    for p in 0..PAGES {
+        region.write(p, 3, p as u64 + 1);
+    }
+    pager.settle();
+    // Rewrite pages until the reclaimer's next write-back is held at the gate.
+    store.update(|g| g.armed = true);
+    let mut p = 0;
+    let held = loop {
+        if let Some(ids) = store.gate.lock().unwrap().held.clone() {
+            break ids;
+        }
+        assert!(p < PAGES * 4, "no write-back started");
+        region.write(p % PAGES, 3, 0xbad);
+        p += 1;
+    };
+    for &id in &held {
+        let at = region.base + id as usize * PAGE_SIZE;
+        assert_eq!(
+            pager.release(at, PAGE_SIZE),
+            1,
+            "page {id}, in write-back, is dropped"
+        );
+    }
+    store.update(|g| g.open = true);
+    drop(store.wait(|g| g.landed));
+    let before = remote();
+    for &id in &held {
+        assert_eq!(region.read(id as usize, 3), 0, "released page {id}");
+    }
+    assert_eq!(
+        remote(),
+        before,
+        "released pages are zero-filled, never fetched"
+    );
+    // Pushed out again (read only, or written), they still read back as zeros: the write that
+    // landed after the release is no copy of theirs.
+    for p in 0..PAGES {
+        if !held.contains(&(p as u64)) {
+            region.write(p, 5, 1);
+        }
+    }
+    pager.settle();
+    for &id in &held {
+        assert_eq!(
+            region.read(id as usize, 3),
+            0,
+            "released page {id}, evicted again"
+        );
+    }
 }

@@ -3,11 +3,14 @@
 //! JVM unmapped. Their pages are dropped wherever they are, so reusing them zero-fills locally
 //! instead of fetching garbage from the store, and no garbage is written back or keeps budget.
 //!
-//! Only pages nobody else holds are dropped: a page in flight (a fetch, a deactivation or a
-//! write-back) keeps whatever bytes it gets, which is as good as any for a page whose
-//! contents do not matter. The store's copy is left where it is and only forgotten: freeing it
-//! would race a later write-back of the same page on another connection, and the store never
-//! holds more than one copy per heap page anyway.
+//! A page in write-back is dropped too (its write finishes and frees the slot, and the page
+//! stays dropped): left to finish, it would land remote, and the region's reuse would fetch
+//! its garbage. A page another thread holds (a fetch or a deactivation in flight) is looked
+//! at once more after the rest; one still held keeps whatever bytes it gets, which is as good
+//! as any for a page whose contents do not matter.
+//! The store's copy is left where it is and only forgotten: freeing it would race a later
+//! write-back of the same page on another connection, and the store never holds more than one
+//! copy per heap page anyway.
 
 use swap_backend::PAGE_SIZE;
 
@@ -52,12 +55,34 @@ pub(super) fn drop_range(parts: &Parts, start: usize, len: usize) -> Dropped {
         return Dropped::default();
     }
     let (first, last) = ((lo - ctx.base) / PAGE_SIZE, (hi - ctx.base) / PAGE_SIZE);
-    let mut mapped: Vec<Claim<'_>> = Vec::new();
     let mut out = Dropped::default();
-    for p in first..last {
-        let Some(c) = ctx.table.claim_if(p, |s| {
-            !matches!(s, PageState::Untouched | PageState::Writeback)
-        }) else {
+    let mut held = Vec::new();
+    drop_pages(parts, first..last, &mut out, &mut held);
+    // A second look at the pages another thread held: most were being unmapped by the
+    // reclaimer, which is done by now. Left alone they would be written back, and the
+    // region's reuse would fetch their garbage. (Fetches still in flight are left: they land
+    // local, and are reclaimed as any page is.)
+    if !held.is_empty() {
+        let again = std::mem::take(&mut held);
+        drop_pages(parts, again.into_iter(), &mut out, &mut held);
+    }
+    out
+}
+
+/// Drops `pages` that nobody holds (their numbers in `held` otherwise), adding to `out`.
+fn drop_pages(
+    parts: &Parts,
+    pages: impl Iterator<Item = usize>,
+    out: &mut Dropped,
+    held: &mut Vec<usize>,
+) {
+    let ctx = &*parts.ctx;
+    let mut mapped: Vec<Claim<'_>> = Vec::new();
+    for p in pages {
+        let Some(c) = ctx.table.claim_if(p, |s| s != PageState::Untouched) else {
+            if ctx.table.get(p) == PageState::Busy {
+                held.push(p);
+            }
             continue;
         };
         if c.from().is_mapped() {
@@ -68,22 +93,22 @@ pub(super) fn drop_range(parts: &Parts, start: usize, len: usize) -> Dropped {
         forget(parts, c);
         out.dropped += 1;
     }
-    if !mapped.is_empty() {
-        let pages: Vec<usize> = mapped.iter().map(Claim::page).collect();
-        match ctx.madvise.dontneed(&os::runs(ctx.base, &pages)) {
-            Ok(()) => {
-                out.dropped += mapped.len();
-                out.mapped = mapped.len();
-                for c in mapped {
-                    forget(parts, c);
-                }
-            }
-            // The claims drop: the pages stay as they were, correct, only not released.
-            Err(e) => crate::logging::log!(
-                crate::options::LogLevel::Warn,
-                "cannot discard released heap pages: {e}"
-            ),
-        }
+    if mapped.is_empty() {
+        return;
     }
-    out
+    let pages: Vec<usize> = mapped.iter().map(Claim::page).collect();
+    match ctx.madvise.dontneed(&os::runs(ctx.base, &pages)) {
+        Ok(()) => {
+            out.dropped += mapped.len();
+            out.mapped += mapped.len();
+            for c in mapped {
+                forget(parts, c);
+            }
+        }
+        // The claims drop: the pages stay as they were, correct, only not released.
+        Err(e) => crate::logging::log!(
+            crate::options::LogLevel::Warn,
+            "cannot discard released heap pages: {e}"
+        ),
+    }
 }

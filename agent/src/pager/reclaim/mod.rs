@@ -383,9 +383,14 @@ impl Reclaimer {
     }
 
     /// Page `p` (claimed by the caller) is being dropped: its slot is freed and it leaves the
-    /// lists without a shadow. `from` is the state it was claimed in.
+    /// lists without a shadow. `from` is the state it was claimed in: a page taken in
+    /// write-back keeps its slot until the write is done (the write-back frees it, as for a
+    /// page a fault takes back), and no longer counts as written back.
     pub fn forget(&self, p: usize, from: PageState) {
-        if from.is_inactive() {
+        if from == PageState::Writeback {
+            self.slots.take(p);
+            self.writeback.fetch_sub(1, Ordering::Relaxed);
+        } else if from.is_inactive() {
             if let Some(s) = self.slots.take(p) {
                 self.slots.release(&[s]);
             }
@@ -787,11 +792,13 @@ impl Reclaimer {
         let mut done = Vec::with_capacity(batch.len());
         let mut evicted = 0;
         for (p, slot) in batch {
-            table.set_stored(p, true);
             self.writing[p].store(false, Ordering::SeqCst);
             loop {
                 match table.claim(p, PageState::Writeback) {
                     Some(c) if self.slots.of(p) == Some(slot) => {
+                        // Only a page still ours is marked stored: one dropped meanwhile
+                        // (its region freed) must zero-fill, never come back as these bytes.
+                        table.set_stored(p, true);
                         self.slots.take(p);
                         self.writeback.fetch_sub(1, Ordering::Relaxed);
                         c.finish(PageState::Remote);
@@ -802,7 +809,8 @@ impl Reclaimer {
                     Some(c) => break drop(c),
                     // A fault holds the page and may be reading our slot: wait for it.
                     None if table.get(p) == PageState::Busy => std::thread::yield_now(),
-                    // Taken back and mapped (or its range unmapped): the slot is ours.
+                    // Taken back and mapped, dropped as dead or its range unmapped: the
+                    // slot is ours. A page taken back is dirty: its next eviction writes it.
                     None => break,
                 }
             }
