@@ -27,6 +27,7 @@ use memliner_cli::workloads::{self, Workload};
 use swap_backend::replica::ReplicationStats;
 use swap_backend::{ClientOptions, TcpStore};
 
+mod netns;
 mod relay;
 use relay::{Fault, Relay};
 
@@ -79,7 +80,11 @@ fn memliner() -> Command {
 /// A `memliner server` process on a port of its own, started again on the same port after a
 /// kill, as an operator's supervisor would.
 struct Server {
+    /// Where it listens: loopback, or the far end of a namespace's link.
+    host: String,
     port: u16,
+    /// `ip netns exec NAME` for a server in a namespace of its own.
+    wrapper: Vec<String>,
     /// Options beyond the listener and capacity (`--metrics ADDR`), kept for restarts.
     extra: Vec<String>,
     child: Child,
@@ -94,11 +99,31 @@ impl Server {
     }
 
     fn start_with(extra: &[&str]) -> Server {
+        Server::launch("127.0.0.1", Vec::new(), extra)
+    }
+
+    /// A server in `net`, reached over its link; one off loopback wants a token, the one in
+    /// `NETNS_TOKEN` (`token_file=` for the JVM).
+    fn start_in(net: &netns::Netns) -> Server {
+        let wrapper = ["ip", "netns", "exec", &net.name]
+            .map(String::from)
+            .to_vec();
+        let token = netns_token();
+        Server::launch(
+            &net.addr,
+            wrapper,
+            &["--token-file", token.to_str().unwrap()],
+        )
+    }
+
+    fn launch(host: &str, wrapper: Vec<String>, extra: &[&str]) -> Server {
         let port = free_addr().port();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, probe) = Server::spawn(port, &extra);
+        let (child, probe) = Server::spawn(host, port, &wrapper, &extra);
         Server {
+            host: host.to_string(),
             port,
+            wrapper,
             extra,
             child,
             probe,
@@ -108,9 +133,19 @@ impl Server {
 
     // The child is returned to a `Server`, whose drop waits for it.
     #[allow(clippy::zombie_processes)]
-    fn spawn(port: u16, extra: &[String]) -> (Child, TcpStore) {
-        let mut child = memliner()
-            .args(["server", "--listen", &format!("127.0.0.1:{port}")])
+    fn spawn(host: &str, port: u16, wrapper: &[String], extra: &[String]) -> (Child, TcpStore) {
+        let server = memliner();
+        let mut cmd = match wrapper.split_first() {
+            // `ip netns exec` execs the server: the child is the server itself.
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(server.get_program());
+                c
+            }
+            None => server,
+        };
+        let mut child = cmd
+            .args(["server", "--listen", &format!("{host}:{port}")])
             .args(["--capacity", "2g"])
             .args(extra)
             .stderr(Stdio::null())
@@ -118,12 +153,18 @@ impl Server {
             .unwrap();
         // Up once it answers a hello (bounded by attempts, not by a sleep).
         let deadline = Instant::now() + Duration::from_secs(20);
+        let token = if extra.iter().any(|a| a == "--token-file") {
+            NETNS_TOKEN.into()
+        } else {
+            String::new()
+        };
         loop {
             let probe = TcpStore::connect(
-                &format!("127.0.0.1:{port}"),
+                &format!("{host}:{port}"),
                 ClientOptions {
                     namespace: "failover-probe".into(),
                     connections: 1,
+                    token: token.clone(),
                     ..Default::default()
                 },
             );
@@ -133,14 +174,14 @@ impl Server {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("server on {port} never came up");
+                panic!("server on {host}:{port} never came up");
             }
             std::thread::yield_now();
         }
     }
 
     fn url(&self) -> String {
-        format!("tcp://127.0.0.1:{}", self.port)
+        format!("tcp://{}:{}", self.host, self.port)
     }
 
     /// Pages the server holds for all its clients.
@@ -173,7 +214,7 @@ impl Server {
     }
 
     fn restart(&mut self) {
-        (self.child, self.probe) = Server::spawn(self.port, &self.extra);
+        (self.child, self.probe) = Server::spawn(&self.host, self.port, &self.wrapper, &self.extra);
         self.starts += 1;
     }
 }
@@ -183,6 +224,15 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The token of servers off loopback (a test's own secret), and the file that holds it.
+const NETNS_TOKEN: &str = "failover-test-token";
+
+fn netns_token() -> std::path::PathBuf {
+    let path = temp("token");
+    std::fs::write(&path, NETNS_TOKEN).unwrap();
+    path
 }
 
 /// A loopback address nothing listens on (now).
@@ -653,6 +703,58 @@ fn a_silent_server_is_lost_at_the_deadline_and_the_run_finishes_on_the_other() {
         "{what}: lost {}x, {} reads failed over, 0 pages lost, wall {:.1} s",
         r.servers[0].losses,
         r.reads_failed_over,
+        out.wall.as_secs_f64()
+    );
+}
+
+#[test]
+fn a_server_whose_link_goes_down_is_lost_at_the_deadline_and_the_run_finishes_on_the_other() {
+    let net = match netns::Netns::create() {
+        Ok(n) => n,
+        Err(why) => {
+            swap_backend::conformance::skip("a pulled link (network namespace)", &why);
+            return;
+        }
+    };
+    let (far, near) = (Server::start_in(&net), Server::start());
+    let what = "kv with the link to one of two servers pulled mid-run";
+    let before = far.pages();
+    let jvm = start_jvm_with(
+        Workload::Kv,
+        "G1",
+        &[&far, &near],
+        temp("pulled.json"),
+        |o| {
+            o.deadline = Some(Duration::from_millis(500));
+            o.token_file = Some(netns_token().display().to_string());
+        },
+    );
+    // Once the JVM depends on it.
+    while far.pages() <= before && !jvm.is_finished() {
+        std::thread::yield_now();
+    }
+    assert!(
+        !jvm.is_finished(),
+        "{what}: the JVM finished before the link went down"
+    );
+    net.link_down();
+    let pulled = Instant::now();
+    let out = jvm.join().unwrap();
+    let r = check_run(&out, Workload::Kv, what);
+    assert!(
+        r.servers[0].losses >= 1 && r.servers[1].up,
+        "{what}: {r:?}\nstderr: {}",
+        out.stderr
+    );
+    let lost = out
+        .stderr
+        .lines()
+        .find(|l| l.contains(&format!("memory server {} lost (", far.url())))
+        .unwrap_or_else(|| panic!("{what}: no loss reported\nstderr: {}", out.stderr));
+    eprintln!(
+        "{what}: {lost}; {} reads failed over, 0 pages lost, the run ended {:.1} s after the pull (wall {:.1} s)",
+        r.reads_failed_over,
+        pulled.elapsed().as_secs_f64(),
         out.wall.as_secs_f64()
     );
 }

@@ -126,10 +126,7 @@ impl TcpStore {
         // Every wait for this server is bounded: a silent server (a hung host, a pulled cable,
         // a stopped process) fails the request like a closed connection, and a replicated
         // store reads the other copy.
-        stream
-            .set_read_timeout(self.options.deadline)
-            .and_then(|()| stream.set_write_timeout(self.options.deadline))
-            .map_err(|e| self.io(e))?;
+        bound_waits(&stream, self.options.deadline).map_err(|e| self.io(e))?;
         let mut conn = Conn {
             reader: BufReader::with_capacity(
                 256 << 10,
@@ -318,6 +315,29 @@ impl PageStore for TcpStore {
     }
 }
 
+/// Bounds every wait on a connection to a server by `deadline` (`None`: TCP's own): a read or
+/// a write that blocks longer fails (SO_RCVTIMEO, SO_SNDTIMEO), so does data the server's host
+/// leaves unacknowledged that long (TCP_USER_TIMEOUT: a write the kernel took is no proof of
+/// delivery), and an idle connection is probed every second or `deadline`, whichever is
+/// longer (keepalive), so that a host gone between requests is found before the next request
+/// waits on it.
+pub(crate) fn bound_waits(stream: &TcpStream, deadline: Option<Duration>) -> std::io::Result<()> {
+    stream.set_read_timeout(deadline)?;
+    stream.set_write_timeout(deadline)?;
+    let Some(d) = deadline else {
+        return Ok(());
+    };
+    let sock = socket2::SockRef::from(stream);
+    sock.set_tcp_user_timeout(Some(d))?;
+    let probe = d.max(Duration::from_secs(1));
+    sock.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(probe)
+            .with_interval(probe)
+            .with_retries(3),
+    )
+}
+
 /// Polls the socket without blocking until data is there, while [`crate::spin`] allows it
 /// (a core is idle, at most [`crate::spin::SPIN`]); the caller then blocks in `read`.
 #[allow(unsafe_code)]
@@ -359,6 +379,30 @@ mod tests {
     use std::net::TcpListener;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+
+    #[test]
+    fn a_deadline_bounds_reads_writes_unacknowledged_data_and_idle_connections() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let d = Duration::from_millis(500);
+        bound_waits(&s, Some(d)).unwrap();
+        let sock = socket2::SockRef::from(&s);
+        assert_eq!(
+            (s.read_timeout().unwrap(), s.write_timeout().unwrap()),
+            (Some(d), Some(d))
+        );
+        assert_eq!(sock.tcp_user_timeout().unwrap(), Some(d));
+        assert!(sock.keepalive().unwrap());
+        let second = Duration::from_secs(1);
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), second);
+        assert_eq!(sock.tcp_keepalive_interval().unwrap(), second);
+        assert_eq!(sock.tcp_keepalive_retries().unwrap(), 3);
+        // No deadline: TCP's own waits, nothing probed.
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        bound_waits(&s, None).unwrap();
+        assert_eq!(s.read_timeout().unwrap(), None);
+        assert!(!socket2::SockRef::from(&s).keepalive().unwrap());
+    }
 
     /// A server that says hello to every connection and answers each request with what
     /// `script` writes (given the request's header and its number among all requests); the

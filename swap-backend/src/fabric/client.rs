@@ -139,10 +139,7 @@ impl FabricStore {
         let stream = TcpStream::connect_timeout(&addr, wait).map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
         // The control channel's waits are bounded as a TCP store's are.
-        stream
-            .set_read_timeout(options.deadline)
-            .and_then(|()| stream.set_write_timeout(options.deadline))
-            .map_err(io)?;
+        crate::tcp::bound_waits(&stream, options.deadline).map_err(io)?;
         let mut control = Control {
             reader: BufReader::new(stream.try_clone().map_err(io)?),
             writer: BufWriter::new(stream),
