@@ -204,6 +204,10 @@ enum Cmd {
         /// embedded servers, beside one server, for every Java workload and collector.
         #[arg(long)]
         replicas: bool,
+        /// Measure the end-to-end page checksums: memliner at 25% with checksums=off beside
+        /// the memliner cell (on), for every Java workload and collector.
+        #[arg(long)]
+        checksums: bool,
         /// Output folder (default benchmarks/results/<timestamp>).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -424,6 +428,7 @@ fn main() -> ExitCode {
             emulate_latency,
             transports,
             replicas,
+            checksums,
             out,
         } => {
             if let Some(l) = &emulate_latency {
@@ -491,6 +496,7 @@ fn main() -> ExitCode {
             cfg.emulate_latency = emulate_latency;
             cfg.transports = transports;
             cfg.replicas = replicas;
+            cfg.checksums = checksums;
             if spark_only {
                 cfg.workloads.clear();
             }

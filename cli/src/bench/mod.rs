@@ -26,7 +26,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::run::{launch, RunConfig};
 use crate::workloads::{self, Workload};
-use memliner_agent::options::{Budget, Dirty, FaultDelivery, PauseReads, Policy, Reclaim, Streams};
+use memliner_agent::options::{
+    Budget, Checksums, Dirty, FaultDelivery, PauseReads, Policy, Reclaim, Streams,
+};
 use memliner_agent::stats::doc::StatsDoc;
 
 /// Local memory ratios of the matrix, in percent of the heap.
@@ -77,6 +79,9 @@ pub enum Mode {
     /// `memliner-in-process` with `pause_reads=off`: what reading a pause's pages in bulk
     /// does, without the co-located server hiding it.
     MemlinerInProcessNoPauseReads,
+    /// `policy=memliner` with `checksums=off`: what the end-to-end page checks cost
+    /// (`--checksums`).
+    MemlinerNoChecksums,
 }
 
 impl Mode {
@@ -98,6 +103,7 @@ impl Mode {
             Mode::MemlinerKernelHeap => "memliner-at-kernel-heap",
             Mode::MemlinerScraped => "memliner-scraped",
             Mode::MemlinerInProcessNoPauseReads => "memliner-in-process-no-pause-reads",
+            Mode::MemlinerNoChecksums => "memliner-checksums-off",
         }
     }
 }
@@ -159,6 +165,9 @@ pub struct BenchConfig {
     /// Measure replication: memliner at 25% with two copies of every page on two servers,
     /// beside one server, for every Java workload and collector.
     pub replicas: bool,
+    /// Measure the end-to-end page checksums: memliner at 25% with `checksums=off` beside
+    /// the `memliner` cell (on), for every Java workload and collector.
+    pub checksums: bool,
 }
 
 impl BenchConfig {
@@ -180,6 +189,7 @@ impl BenchConfig {
             emulate_latency: None,
             transports: false,
             replicas: false,
+            checksums: false,
         }
     }
 
@@ -202,6 +212,7 @@ impl BenchConfig {
             emulate_latency: None,
             transports: false,
             replicas: false,
+            checksums: false,
         }
     }
 }
@@ -515,6 +526,9 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                 }
                 if cfg.replicas && !cfg.kernel_only && java {
                     out.push(p(Mode::MemlinerReplicated, 25));
+                }
+                if cfg.checksums && !cfg.kernel_only && java {
+                    out.push(p(Mode::MemlinerNoChecksums, 25));
                 }
             }
         }
@@ -834,6 +848,7 @@ pub fn rerender(raw: &Path, out: PathBuf) -> Result<PathBuf, String> {
         emulate_latency: doc.emulate_latency,
         transports: records.iter().any(|r| r.mode == Mode::MemlinerFabric),
         replicas: records.iter().any(|r| r.mode == Mode::MemlinerReplicated),
+        checksums: records.iter().any(|r| r.mode == Mode::MemlinerNoChecksums),
     };
     let extras = report::Extras {
         tcp_write_gbs: doc.tcp.write_gbs,
@@ -877,6 +892,7 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
             o.pause_reads = PauseReads::Off;
         }),
         Mode::MemlinerThreadFaults => base.with(|o| o.faults = FaultDelivery::Thread),
+        Mode::MemlinerNoChecksums => base.with(|o| o.checksums = Checksums::Off),
         Mode::MemlinerGcHooks => RunConfig {
             gc_hooks: crate::run::GcHooks::On,
             ..base

@@ -452,8 +452,66 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
     transports(&mut md, cfg, rs, x);
     replication(&mut md, cfg, rs);
     scraping(&mut md, cfg, rs);
+    checksums(&mut md, cfg, rs);
     spark_cluster(&mut md, cfg, rs);
     md
+}
+
+/// What the end-to-end page checks cost (`--checksums`): the `memliner` cell at 25% (checks
+/// on, the default) beside the same with `checksums=off`.
+fn checksums(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
+    if !cfg.checksums {
+        return;
+    }
+    let wall = |r: &Record| r.ok().then_some(r.wall_ms);
+    let verified = |r: &Record| {
+        r.stat(|d| {
+            let i = d.pager.as_ref()?.integrity.as_ref()?;
+            Some(i.pages_verified as f64)
+        })
+    };
+    let rows: Vec<String> = pairs(cfg, rs)
+        .into_iter()
+        .filter_map(|(w, c)| {
+            let on = cell(rs, &w, &c, Mode::Memliner, 25);
+            let off = cell(rs, &w, &c, Mode::MemlinerNoChecksums, 25);
+            if on.is_empty() || off.is_empty() {
+                return None;
+            }
+            let (a, b) = (med(&on, wall), med(&off, wall));
+            // Each repetition's on/off ratio, its pair run side by side (the runs go in
+            // repetition order), then their median.
+            let ratios: Vec<f64> = on
+                .iter()
+                .zip(&off)
+                .filter_map(|(x, y)| Some(wall(x)? / wall(y)?))
+                .collect();
+            Some(format!(
+                "| {w} | {c} | {} | {} | {} | {} | {} |",
+                fmt(a, 0),
+                fmt(b, 0),
+                fmt(median(ratios.clone()), 3),
+                fmt(ratios.iter().cloned().fold(f64::INFINITY, f64::min), 3),
+                fmt(med(&on, verified), 0),
+            ))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## End-to-end page checksums at 25% local: their cost (medians)\n\n\
+         The `memliner` cell (`checksums=on`, the default: a CRC-32 of every page written to the \
+         server kept by the agent, every page read back checked before it is installed) beside \
+         the same runs with `checksums=off`. The ratio is taken per repetition, the two runs side \
+         by side, then its median; its minimum says how much of it is noise.\n\n\
+         | workload | collector | on ms | off ms | on / off | least on / off | pages verified |\n\
+         |---|---|---|---|---|---|---|"
+    );
+    for r in rows {
+        let _ = writeln!(md, "{r}");
+    }
 }
 
 /// What watching a JVM costs it: memliner at 25%, and the same with `/metrics` scraped every
@@ -1244,6 +1302,31 @@ mod tests {
         assert!(md.contains("| graph | G1 | one | 6.00 |  |"), "{md}");
         assert!(
             md.contains("| graph | G1 | two, 2 copies | 7.20 | 1.20 |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn the_report_sets_checksums_off_beside_on_pair_by_pair() {
+        let mut cfg = BenchConfig::quick("/tmp/x".into());
+        let rs = vec![
+            record(Mode::NoAgent, 100, 1000.0, None),
+            record(Mode::Memliner, 25, 6000.0, paged(1600, 0)),
+            record(Mode::MemlinerNoChecksums, 25, 5000.0, paged(1600, 0)),
+            record(Mode::Memliner, 25, 5100.0, paged(1600, 0)),
+            record(Mode::MemlinerNoChecksums, 25, 5000.0, paged(1600, 0)),
+        ];
+        let x = extras(Vec::new());
+        assert!(!markdown(&cfg, &rs, &x).contains("checksums at 25%"));
+        cfg.checksums = true;
+        let md = markdown(&cfg, &rs, &x);
+        assert!(
+            md.contains("## End-to-end page checksums at 25% local"),
+            "{md}"
+        );
+        // Pairs 1.20 and 1.02: their median 1.11, the least 1.02.
+        assert!(
+            md.contains("| graph | G1 | 5550 | 5000 | 1.110 | 1.020 |"),
             "{md}"
         );
     }
