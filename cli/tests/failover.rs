@@ -80,6 +80,8 @@ fn memliner() -> Command {
 /// A `memliner server` process on a port of its own, started again on the same port after a
 /// kill, as an operator's supervisor would.
 struct Server {
+    /// `tcp`, or `fabric` (one-sided reads and writes; the port serves TCP clients too).
+    scheme: &'static str,
     /// Where it listens: loopback, or the far end of a namespace's link.
     host: String,
     port: u16,
@@ -99,7 +101,12 @@ impl Server {
     }
 
     fn start_with(extra: &[&str]) -> Server {
-        Server::launch("127.0.0.1", Vec::new(), extra)
+        Server::launch("tcp", "127.0.0.1", Vec::new(), extra)
+    }
+
+    /// A `fabric://` server on loopback (libfabric's tcp provider here).
+    fn start_fabric() -> Server {
+        Server::launch("fabric", "127.0.0.1", Vec::new(), &[])
     }
 
     /// A server in `net`, reached over its link; one off loopback wants a token, the one in
@@ -110,17 +117,19 @@ impl Server {
             .to_vec();
         let token = netns_token();
         Server::launch(
+            "tcp",
             &net.addr,
             wrapper,
             &["--token-file", token.to_str().unwrap()],
         )
     }
 
-    fn launch(host: &str, wrapper: Vec<String>, extra: &[&str]) -> Server {
+    fn launch(scheme: &'static str, host: &str, wrapper: Vec<String>, extra: &[&str]) -> Server {
         let port = free_addr().port();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, probe) = Server::spawn(host, port, &wrapper, &extra);
+        let (child, probe) = Server::spawn(scheme, host, port, &wrapper, &extra);
         Server {
+            scheme,
             host: host.to_string(),
             port,
             wrapper,
@@ -133,7 +142,13 @@ impl Server {
 
     // The child is returned to a `Server`, whose drop waits for it.
     #[allow(clippy::zombie_processes)]
-    fn spawn(host: &str, port: u16, wrapper: &[String], extra: &[String]) -> (Child, TcpStore) {
+    fn spawn(
+        scheme: &str,
+        host: &str,
+        port: u16,
+        wrapper: &[String],
+        extra: &[String],
+    ) -> (Child, TcpStore) {
         let server = memliner();
         let mut cmd = match wrapper.split_first() {
             // `ip netns exec` execs the server: the child is the server itself.
@@ -145,7 +160,7 @@ impl Server {
             None => server,
         };
         let mut child = cmd
-            .args(["server", "--listen", &format!("{host}:{port}")])
+            .args(["server", "--listen", &format!("{scheme}://{host}:{port}")])
             .args(["--capacity", "2g"])
             .args(extra)
             .stderr(Stdio::null())
@@ -181,7 +196,7 @@ impl Server {
     }
 
     fn url(&self) -> String {
-        format!("tcp://{}:{}", self.host, self.port)
+        format!("{}://{}:{}", self.scheme, self.host, self.port)
     }
 
     /// Pages the server holds for all its clients.
@@ -214,7 +229,13 @@ impl Server {
     }
 
     fn restart(&mut self) {
-        (self.child, self.probe) = Server::spawn(&self.host, self.port, &self.wrapper, &self.extra);
+        (self.child, self.probe) = Server::spawn(
+            self.scheme,
+            &self.host,
+            self.port,
+            &self.wrapper,
+            &self.extra,
+        );
         self.starts += 1;
     }
 }
@@ -761,8 +782,23 @@ fn a_server_whose_link_goes_down_is_lost_at_the_deadline_and_the_run_finishes_on
 
 #[test]
 fn a_single_silent_server_stops_the_jvm_naming_the_page_and_the_server() {
-    let server = Server::start();
-    let what = "kv with its only server stopped (SIGSTOP) mid-run";
+    single_silent_server(Server::start());
+}
+
+#[test]
+fn a_single_silent_fabric_server_stops_the_jvm_naming_the_page_and_the_server() {
+    if swap_backend::conformance::libfabric_or_skip("a silent fabric:// server") {
+        single_silent_server(Server::start_fabric());
+    }
+}
+
+/// `server` stopped (SIGSTOP) under a JVM that keeps its pages there alone: the JVM ends at
+/// the deadline with the FATAL line naming a page and the server.
+fn single_silent_server(server: Server) {
+    let what = format!(
+        "kv with its only server ({}) stopped (SIGSTOP) mid-run",
+        server.scheme
+    );
     let cfg = RunConfig::default()
         .local(25)
         .servers(&server.url())

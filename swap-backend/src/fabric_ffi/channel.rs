@@ -191,8 +191,9 @@ impl Channel {
                 return Err(fail(
                     "one-sided transfer",
                     libc::ETIMEDOUT,
+                    // Worded as a TCP store's: one deadline, one message, whatever the transport.
                     format!(
-                        "no completion within {}",
+                        "no answer within the {} deadline (no completion)",
                         crate::units::format_duration(self.timeout)
                     ),
                 ));
