@@ -21,20 +21,25 @@ use common::{start_pager, AllApp, Region};
 const PAGES: usize = 256;
 const BUDGET: usize = 32;
 
-#[test]
-fn released_pages_read_back_as_zeros_without_a_fetch_and_the_rest_keep_their_bytes() {
-    let region = Region::new(PAGES);
-    let pager = start_pager(
-        &region,
+/// The tests' pager: `BUDGET` pages local, no fill-ahead, no prefetching.
+fn start(region: &Region, store: Box<dyn PageStore>) -> memliner_agent::pager::Pager {
+    start_pager(
+        region,
         PagerConfig {
             fill_ahead: 0,
             prefetch_depth: 0,
             policy: Arc::new(Baseline { prefetch: false }),
             ..common::config(BUDGET)
         },
-        Box::new(LocalStore::new(PAGES as u64)),
+        store,
         Box::new(AllApp),
-    );
+    )
+}
+
+#[test]
+fn released_pages_read_back_as_zeros_without_a_fetch_and_the_rest_keep_their_bytes() {
+    let region = Region::new(PAGES);
+    let pager = start(&region, Box::new(LocalStore::new(PAGES as u64)));
     let value = |p: usize| 0x5eed_0000_0000 + p as u64;
     for p in 0..PAGES {
         region.write(p, 7, value(p));
@@ -167,17 +172,7 @@ fn a_page_released_while_its_write_back_is_in_flight_stays_dropped() {
         gate: Mutex::default(),
         changed: Condvar::new(),
     });
-    let pager = start_pager(
-        &region,
-        PagerConfig {
-            fill_ahead: 0,
-            prefetch_depth: 0,
-            policy: Arc::new(Baseline { prefetch: false }),
-            ..common::config(BUDGET)
-        },
-        Box::new(Shared(store.clone())),
-        Box::new(AllApp),
-    );
+    let pager = start(&region, Box::new(Shared(store.clone())));
     // A failed assertion opens the gate on its way out: the held write-back must not keep
     // the pager from stopping.
     let _open = OpenOnDrop(&store);
