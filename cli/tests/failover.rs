@@ -336,16 +336,41 @@ fn start_jvm_with(
     f: impl FnOnce(&mut memliner_agent::options::Options),
 ) -> std::thread::JoinHandle<RunOutcome> {
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    let cfg = RunConfig::default()
+    let cfg = paged_to(&urls.join("+"), stats, f);
+    let cmd = command(w, gc);
+    std::thread::spawn(move || launch(&cfg, &cmd, true).unwrap())
+}
+
+/// A run at 25% local paging to `urls` (two copies of each page where two are given), its
+/// stats written to `stats`, its options changed as `f` says.
+fn paged_to(
+    urls: &str,
+    stats: std::path::PathBuf,
+    f: impl FnOnce(&mut memliner_agent::options::Options),
+) -> RunConfig {
+    RunConfig::default()
         .local(25)
-        .servers(&urls.join("+"))
+        .servers(urls)
         .unwrap()
         .with(|o| {
             o.stats = Some(stats.display().to_string());
             f(o);
-        });
-    let cmd = command(w, gc);
-    std::thread::spawn(move || launch(&cfg, &cmd, true).unwrap())
+        })
+}
+
+/// kv (G1) run to its end with the relay's server first and `other` second.
+fn kv_behind(
+    relay: &Relay,
+    other: &Server,
+    stats: &str,
+    f: impl FnOnce(&mut memliner_agent::options::Options),
+) -> RunOutcome {
+    let cfg = paged_to(
+        &format!("tcp://{}+{}", relay.addr, other.url()),
+        temp(stats),
+        f,
+    );
+    launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap()
 }
 
 /// Checks a finished run: right checksum, no page lost; returns its replication figures.
@@ -571,12 +596,7 @@ fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
 fn wrong_bytes_from_a_server_are_caught_and_read_from_the_other_copy() {
     let (bad, good) = (Server::start(), Server::start());
     let relay = Relay::start(bad.port, Fault::Corrupt { every: 20 });
-    let cfg = RunConfig::default()
-        .local(25)
-        .servers(&format!("tcp://{}+{}", relay.addr, good.url()))
-        .unwrap()
-        .with(|o| o.stats = Some(temp("corrupt.json").display().to_string()));
-    let out = launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap();
+    let out = kv_behind(&relay, &good, "corrupt.json", |_| {});
     let what = "kv behind a relay that flips bytes and puts other pages' bytes in";
     let r = check_run(&out, Workload::Kv, what);
     let (injected, foreign) = (relay.injected(), relay.foreign());
@@ -629,12 +649,7 @@ fn a_slow_server_is_not_lost() {
             spike: Duration::from_secs(1),
         },
     );
-    let cfg = RunConfig::default()
-        .local(25)
-        .servers(&format!("tcp://{}+{}", relay.addr, other.url()))
-        .unwrap()
-        .with(|o| o.stats = Some(temp("slow.json").display().to_string()));
-    let out = launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap();
+    let out = kv_behind(&relay, &other, "slow.json", |_| {});
     let what = "kv with one of two servers behind a slow link";
     let r = check_run(&out, Workload::Kv, what);
     assert_eq!(relay.injected(), 120, "{what}: replies delayed");
@@ -655,15 +670,9 @@ fn a_slow_server_is_not_lost() {
 fn a_reply_cut_short_loses_the_server_at_the_deadline_and_the_run_finishes_on_the_other() {
     let (cut, other) = (Server::start(), Server::start());
     let relay = Relay::start(cut.port, Fault::CutShort { nth: 200 });
-    let cfg = RunConfig::default()
-        .local(25)
-        .servers(&format!("tcp://{}+{}", relay.addr, other.url()))
-        .unwrap()
-        .with(|o| {
-            o.stats = Some(temp("cut.json").display().to_string());
-            o.deadline = Some(Duration::from_millis(500));
-        });
-    let out = launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap();
+    let out = kv_behind(&relay, &other, "cut.json", |o| {
+        o.deadline = Some(Duration::from_millis(500))
+    });
     let what = "kv with a reply from one of two servers cut short";
     assert_eq!(relay.injected(), 1, "{what}: no reply was cut");
     lost_at_deadline(&out, &format!("tcp://{}", relay.addr), what);

@@ -56,27 +56,21 @@ pub(super) fn drop_range(parts: &Parts, start: usize, len: usize) -> Dropped {
     }
     let (first, last) = ((lo - ctx.base) / PAGE_SIZE, (hi - ctx.base) / PAGE_SIZE);
     let mut out = Dropped::default();
-    let mut held = Vec::new();
-    drop_pages(parts, first..last, &mut out, &mut held);
+    let held = drop_pages(parts, first..last, &mut out);
     // A second look at the pages another thread held: most were being unmapped by the
-    // reclaimer, which is done by now. Left alone they would be written back, and the
-    // region's reuse would fetch their garbage. (Fetches still in flight are left: they land
-    // local, and are reclaimed as any page is.)
+    // reclaimer, which is often done by now. Left alone they would be written back, and the
+    // region's reuse would fetch their garbage. (Pages still held are left: a fetch lands
+    // local, and is reclaimed as any page is.)
     if !held.is_empty() {
-        let again = std::mem::take(&mut held);
-        drop_pages(parts, again.into_iter(), &mut out, &mut held);
+        drop_pages(parts, held.into_iter(), &mut out);
     }
     out
 }
 
-/// Drops `pages` that nobody holds (their numbers in `held` otherwise), adding to `out`.
-fn drop_pages(
-    parts: &Parts,
-    pages: impl Iterator<Item = usize>,
-    out: &mut Dropped,
-    held: &mut Vec<usize>,
-) {
+/// Drops `pages` that nobody holds, adding to `out`; returns those another thread held.
+fn drop_pages(parts: &Parts, pages: impl Iterator<Item = usize>, out: &mut Dropped) -> Vec<usize> {
     let ctx = &*parts.ctx;
+    let mut held = Vec::new();
     let mut mapped: Vec<Claim<'_>> = Vec::new();
     for p in pages {
         let Some(c) = ctx.table.claim_if(p, |s| s != PageState::Untouched) else {
@@ -94,7 +88,7 @@ fn drop_pages(
         out.dropped += 1;
     }
     if mapped.is_empty() {
-        return;
+        return held;
     }
     let pages: Vec<usize> = mapped.iter().map(Claim::page).collect();
     match ctx.madvise.dontneed(&os::runs(ctx.base, &pages)) {
@@ -111,4 +105,5 @@ fn drop_pages(
             "cannot discard released heap pages: {e}"
         ),
     }
+    held
 }

@@ -107,7 +107,9 @@ fn relay(client: TcpStream, server: TcpStream, fault: Fault, counts: Arc<Counts>
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
     std::thread::spawn(move || forward(rx, c_out));
     std::thread::spawn(move || {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(s_in.local_addr().unwrap().port()));
+        // The delays' jitter: the same sequence for a connection from the same port.
+        let mut rng =
+            crate::Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(s_in.local_addr().unwrap().port()));
         let mut buf = vec![0u8; 256 * 1024];
         let mut due = Instant::now();
         let mut silent = false;
@@ -145,7 +147,7 @@ fn relay(client: TcpStream, server: TcpStream, fault: Fault, counts: Arc<Counts>
                 } => {
                     let i = counts.delayed.fetch_add(1, Ordering::Relaxed) + 1;
                     if i <= count {
-                        let mut d = base + jitter.mul_f64(rng.unit());
+                        let mut d = rng.between(base, base + jitter);
                         if i.is_multiple_of(spike_every) {
                             d += spike;
                         }
@@ -205,17 +207,4 @@ fn corrupt(out: &mut [u8], k: u64, counts: &Counts) {
     }
     out[mid] ^= 0x20;
     counts.injected.fetch_add(1, Ordering::Relaxed);
-}
-
-/// xorshift64*: the delays' jitter.
-struct Rng(u64);
-
-impl Rng {
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
