@@ -320,9 +320,9 @@ pub static OPTIONS: &[OptionSpec] = &[
             long: "server",
             value_name: "URL",
             repeat: true,
-            run_default: RunDefault::Provided("embedded TCP server"),
+            run_default: RunDefault::Provided("embedded server (`unix://`, else TCP)"),
         }),
-        values: "a memory server's URL, `tcp://HOST:PORT` (a bare `HOST:PORT` is TCP; IPv6 as `[ADDR]:PORT`) or `fabric://HOST:PORT` (one-sided, above); several joined by `+` (or `--server` given again) spread pages over them with `replicas` copies (above); `local` keeps pages in the JVM's own memory (tests)",
+        values: "a memory server's URL, `tcp://HOST:PORT` (a bare `HOST:PORT` is TCP; IPv6 as `[ADDR]:PORT`), `fabric://HOST:PORT` (one-sided, above) or `unix:///PATH` (one-sided in memory files, a server on this host, above); several joined by `+` (or `--server` given again) spread pages over them with `replicas` copies (above); `local` keeps pages in the JVM's own memory (tests)",
         default: "`local`",
         set: |o, v| {
             o.server_given = true;

@@ -120,6 +120,8 @@ fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
                 .map(|s| Box::new(s) as Box<dyn PageStore>),
             Scheme::Fabric => FabricStore::connect(&url.authority(), client)
                 .map(|s| Box::new(s) as Box<dyn PageStore>),
+            Scheme::Unix => swap_backend::memfile::MemfileStore::connect(&url.authority(), client)
+                .map(|s| Box::new(s) as Box<dyn PageStore>),
         }
     };
     if let [url] = options.servers.as_slice() {

@@ -7,6 +7,7 @@ use std::process::Command;
 
 use serde::Serialize;
 use swap_backend::fabric::FabricStore;
+use swap_backend::memfile::MemfileStore;
 use swap_backend::rdma_stack::{self, Device, Library};
 use swap_backend::{ClientOptions, PageStore, Scheme, ServerUrl, TcpStore, PAGE_SIZE};
 
@@ -416,22 +417,21 @@ fn server(url: &ServerUrl) -> Check {
         Scheme::Fabric => FabricStore::connect(&url.authority(), options).and_then(|s| {
             // Before the test page: what the other clients hold, not this check's slots.
             let stats = s.server_stats()?;
-            let page: Vec<u8> = (0..PAGE_SIZE).map(|i| (i % 253) as u8).collect();
-            s.write_pages(&[0], &page)?;
-            let mut back = vec![0u8; PAGE_SIZE];
-            s.read_pages(&[0], &mut back)?;
-            let ok = if back == page {
-                "ok"
-            } else {
-                "READ BACK OTHER BYTES"
-            };
-            s.free_pages(&[0])?;
+            let ok = round_trip(&s)?;
             Ok((
                 stats,
                 format!(
                     ", one-sided write and read of a page over {}: {ok}",
                     s.provider()
                 ),
+            ))
+        }),
+        Scheme::Unix => MemfileStore::connect(&url.authority(), options).and_then(|s| {
+            let stats = s.server_stats()?;
+            let ok = round_trip(&s)?;
+            Ok((
+                stats,
+                format!(", one-sided write and read of a page in a memory file: {ok}"),
             ))
         }),
     };
@@ -454,8 +454,23 @@ fn server(url: &ServerUrl) -> Check {
             e.to_string(),
             Some(match url.scheme {
                 Scheme::Tcp => "start `memliner server --listen URL` on that host (a listener other than loopback: --listen tcp://0.0.0.0:PORT), check the port and the firewall, and MEMLINER_TOKEN if the server wants a token",
+                Scheme::Unix => "start `memliner server --listen unix:///PATH` on this host as this user (only the socket's owner may connect), and set MEMLINER_TOKEN if the server wants a token",
                 Scheme::Fabric => "start `memliner server --listen fabric://HOST:PORT` on that host (HOST: the address of its RDMA interface), check that both hosts' libfabric offer the same provider (`memliner doctor` on each; FI_PROVIDER picks one), and the firewall for the control port and the data port the server announces",
             }),
         ),
     }
+}
+
+/// One page written, read back and freed: "ok", or what went wrong with the bytes.
+fn round_trip(s: &dyn PageStore) -> Result<&'static str, swap_backend::StoreError> {
+    let page: Vec<u8> = (0..PAGE_SIZE).map(|i| (i % 253) as u8).collect();
+    s.write_pages(&[0], &page)?;
+    let mut back = vec![0u8; PAGE_SIZE];
+    s.read_pages(&[0], &mut back)?;
+    s.free_pages(&[0])?;
+    Ok(if back == page {
+        "ok"
+    } else {
+        "READ BACK OTHER BYTES"
+    })
 }

@@ -40,9 +40,10 @@ enum Cmd {
         /// MEMLINER_AGENT_OPTS).
         #[arg(long, value_name = "VAR")]
         agent_env: Option<String>,
-        /// How the JVM reaches the embedded server (without --server): tcp, or fabric for
-        /// one-sided reads and writes through libfabric.
-        #[arg(long, value_enum, default_value_t = Transport::Tcp)]
+        /// How the JVM reaches the embedded server (without --server): auto (unix where this
+        /// host hands out memory files, else tcp), unix (one-sided, memory files), tcp, or
+        /// fabric (one-sided through libfabric).
+        #[arg(long, value_enum, default_value_t = Transport::Auto)]
         transport: Transport,
         /// Do not print the summary.
         #[arg(long, short)]
@@ -80,8 +81,9 @@ enum Cmd {
     },
     /// Serve memory to agents: `memliner server --listen tcp://127.0.0.1:7070 --capacity 8g`.
     Server {
-        /// URL to listen on, tcp://HOST:PORT (or HOST:PORT; port 0: any free port); loopback
-        /// unless told otherwise.
+        /// URL to listen on, tcp://HOST:PORT (or HOST:PORT; port 0: any free port; loopback
+        /// unless told otherwise), fabric://HOST:PORT (one-sided through libfabric), or
+        /// unix:///PATH (one-sided in memory files, for JVMs on this host).
         #[arg(long, default_value = "tcp://127.0.0.1:7070")]
         listen: swap_backend::ListenUrl,
         /// Bytes of page storage for all clients together (512m, 8g).
@@ -255,8 +257,8 @@ fn main() -> ExitCode {
                 Ok(o) => o,
                 Err(e) => return fail(e),
             };
-            if options.server_given && transport != Transport::Tcp {
-                return fail("--transport is for the embedded server: give the server's URL (fabric://HOST:PORT) to --server instead");
+            if options.server_given && transport != Transport::Auto {
+                return fail("--transport is for the embedded server: give the server's URL (tcp://, fabric://HOST:PORT or unix:///PATH) to --server instead");
             }
             let cfg = RunConfig {
                 agent: true,
@@ -358,18 +360,26 @@ fn main() -> ExitCode {
                 },
                 metrics: metrics.clone(),
             };
-            match swap_backend::server::spawn(&listen.authority(), cfg) {
+            let spawned = match listen.scheme {
+                swap_backend::Scheme::Unix => {
+                    swap_backend::server::spawn_unix(std::path::Path::new(&listen.authority()), cfg)
+                }
+                _ => swap_backend::server::spawn(&listen.authority(), cfg),
+            };
+            match spawned {
                 Ok(h) => {
-                    let at = swap_backend::ServerUrl {
-                        port: h.local_addr().port(),
-                        ..listen.clone()
-                    };
+                    let at = h.url();
                     eprintln!(
-                        "memliner-server: listening on {at} with {} for pages{}{}{}",
+                        "memliner-server: listening on {at} with {} for pages{}{}{}{}",
                         swap_backend::units::format_size(capacity_bytes),
                         h.fabric().map_or(String::new(), |(provider, port)| format!(
                             ", registered for one-sided access (libfabric's {provider} provider, data endpoints on port {port})"
                         )),
+                        if listen.scheme == swap_backend::Scheme::Unix {
+                            ", handed to clients on this host as memory files they read and write themselves (one-sided)"
+                        } else {
+                            ""
+                        },
                         latency.map_or(String::new(), |l| format!(
                             ", replies delayed to {} after each request (emulated latency)",
                             swap_backend::units::format_duration(l)

@@ -52,12 +52,32 @@ impl RunConfig {
 /// How pages travel to the embedded memory server.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Transport {
-    /// Two-sided requests over TCP (`tcp://`).
+    /// `unix` where this host can hand out memory files (Linux: everywhere but a sandbox
+    /// that forbids memfd), `tcp` otherwise.
     #[default]
+    Auto,
+    /// Two-sided requests over TCP (`tcp://`): the portable path, and what a server on
+    /// another machine is reached with.
     Tcp,
     /// One-sided RDMA reads and writes through libfabric (`fabric://`; the tcp provider
     /// where no RDMA NIC exists).
     Fabric,
+    /// One-sided copies in memory files the embedded server hands the JVM (`unix://`): no
+    /// server CPU per read, as with RDMA, and no network.
+    Unix,
+}
+
+impl Transport {
+    /// What `Auto` means on this host, and why not `unix` when it falls back.
+    pub fn resolve(self) -> (Transport, Option<String>) {
+        match self {
+            Transport::Auto => match swap_backend::memfile::available() {
+                Ok(()) => (Transport::Unix, None),
+                Err(why) => (Transport::Tcp, Some(why)),
+            },
+            t => (t, None),
+        }
+    }
 }
 
 impl Default for RunConfig {
@@ -68,7 +88,7 @@ impl Default for RunConfig {
             embedded_servers: 1,
             gc_hooks: GcHooks::Auto,
             agent_env: None,
-            transport: Transport::Tcp,
+            transport: Transport::Auto,
         }
     }
 }
@@ -167,29 +187,97 @@ fn machine_memory() -> u64 {
         .map_or(1 << 40, |k| k << 10)
 }
 
-/// Starts an in-process memory server on a free loopback port.
-pub fn embedded_server(transport: Transport) -> Result<ServerHandle, String> {
-    server::spawn(
-        "127.0.0.1:0",
-        ServerConfig {
-            // Bounded by this machine's memory, not by a setting: the demo server only ever
-            // holds what one JVM's heap evicts. A one-sided pool is reserved (and, on an RDMA
-            // NIC, pinned) whole: as large as the machine's memory.
-            capacity_bytes: match transport {
-                Transport::Tcp => 1 << 40,
-                Transport::Fabric => machine_memory(),
-            },
-            token: None,
-            verbose: false,
-            latency: None,
-            fabric: transport == Transport::Fabric,
-            grace: std::time::Duration::ZERO,
-            quota_pages: None,
-            limits: swap_backend::server::Limits::default(),
-            metrics: None,
+/// An in-process memory server for one launch: on a free loopback port, or (`unix`) on a
+/// socket in a directory only this user can enter, removed with the server.
+#[derive(Debug)]
+pub struct Embedded {
+    pub handle: ServerHandle,
+    dir: Option<PathBuf>,
+}
+
+impl Embedded {
+    /// The URL the agent is given.
+    pub fn url(&self) -> String {
+        self.handle.url()
+    }
+
+    /// Stops the server and removes its directory.
+    pub fn stop(self) {
+        self.handle.stop();
+        if let Some(d) = self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Starts an in-process memory server reached over `transport` (resolved: not `Auto`).
+pub fn embedded_server(transport: Transport) -> Result<Embedded, String> {
+    let config = ServerConfig {
+        // Bounded by this machine's memory, not by a setting: the demo server only ever
+        // holds what one JVM's heap evicts. A one-sided pool is reserved (and, on an RDMA
+        // NIC, pinned) whole: as large as the machine's memory.
+        capacity_bytes: match transport {
+            Transport::Tcp | Transport::Auto => 1 << 40,
+            Transport::Fabric | Transport::Unix => machine_memory(),
         },
-    )
-    .map_err(|e| format!("cannot start the embedded memory server: {e}"))
+        token: None,
+        verbose: false,
+        latency: None,
+        fabric: transport == Transport::Fabric,
+        grace: std::time::Duration::ZERO,
+        quota_pages: None,
+        limits: swap_backend::server::Limits::default(),
+        metrics: None,
+    };
+    let fail = |e: std::io::Error| format!("cannot start the embedded memory server: {e}");
+    if transport != Transport::Unix {
+        return server::spawn("127.0.0.1:0", config)
+            .map(|handle| Embedded { handle, dir: None })
+            .map_err(fail);
+    }
+    let dir = private_dir().map_err(fail)?;
+    match server::spawn_unix(&dir.join("server.sock"), config) {
+        Ok(handle) => Ok(Embedded {
+            handle,
+            dir: Some(dir),
+        }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(fail(e))
+        }
+    }
+}
+
+/// A new directory under the temporary one that only this user can enter (the embedded
+/// server's socket: no token needed, no other user can connect).
+fn private_dir() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "memliner-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    Ok(dir)
+}
+
+/// The line `memliner run` prints about its embedded server: where, and what that models.
+fn embedded_line(transport: Transport, urls: &[String], fallback: Option<String>) -> String {
+    let at = urls.join(" + ");
+    match transport {
+        Transport::Unix => format!(
+            "pages go to an embedded memory server at {at}, one-sided: the JVM copies them in and out of memory files the server handed it (no server CPU per read, as over RDMA; --server tcp://HOST:PORT for a server on another machine)"
+        ),
+        Transport::Fabric => format!(
+            "pages go to an embedded memory server at {at}, one-sided through libfabric"
+        ),
+        _ => format!(
+            "pages go to an embedded memory server at {at}, two-sided over loopback TCP (its threads share this host's cores with the JVM){}",
+            fallback.map_or(String::new(), |why| format!("; not unix://: {why}"))
+        ),
+    }
 }
 
 /// Runs `command` (`java ...`) under `cfg`. With `capture`, stdout/stderr are collected,
@@ -206,21 +294,22 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
     } else {
         gc_hooks_flag(cfg, program, args)?
     };
-    let mut embedded: Vec<ServerHandle> = Vec::new();
+    let mut embedded: Vec<Embedded> = Vec::new();
     let mut stats_path = None;
     let mut cmd = Command::new(program);
     if cfg.agent {
         let agent = crate::locate::agent()?;
         let mut options = cfg.options.clone();
         if !options.server_given && options.policy != Policy::Off {
+            let (transport, fallback) = cfg.transport.resolve();
             let mut urls = Vec::new();
             for _ in 0..cfg.embedded_servers.max(1) {
-                let h = embedded_server(cfg.transport)?;
-                urls.push(match cfg.transport {
-                    Transport::Tcp => format!("tcp://{}", h.local_addr()),
-                    Transport::Fabric => format!("fabric://{}", h.local_addr()),
-                });
+                let h = embedded_server(transport)?;
+                urls.push(h.url());
                 embedded.push(h);
+            }
+            if !capture {
+                eprintln!("memliner: {}", embedded_line(transport, &urls, fallback));
             }
             options
                 .set("server", &urls.join("+"))
@@ -286,7 +375,7 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
     // A launcher (spark-submit, a shell script) may exit before the JVM it started: keep
     // serving until the agent has disconnected, or the JVM would die on a closed server.
     let deadline = Instant::now() + Duration::from_secs(120);
-    for h in &embedded {
+    for h in embedded.iter().map(|e| &e.handle) {
         if !h.wait_idle(deadline.saturating_duration_since(Instant::now())) {
             eprintln!("memliner: a JVM still holds pages on the embedded server 120 s after the command exited; stopping the server");
         }
@@ -309,9 +398,9 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
             .map_err(|e| eprintln!("memliner: cannot read the stats file {}: {e}", p.display()))
             .ok()
     });
-    let embedded_addr = embedded.first().map(|h| h.local_addr().to_string());
+    let embedded_addr = embedded.first().map(Embedded::url);
     // Any one of them counts the whole process but the starting thread: all of them.
-    let server_cpu = embedded.first().map(|h| h.cpu_time());
+    let server_cpu = embedded.first().map(|e| e.handle.cpu_time());
     for h in embedded {
         h.stop();
     }

@@ -8,6 +8,9 @@
 //! (default 20). `scripts/soak.sh` runs both at length. `MEMLINER_FAILOVER_SEED` replays a
 //! run's random moments (each test prints its seed).
 //!
+//! The same kill under JVMs paging one-sidedly to memory files (`unix://` servers), and a
+//! single such server killed under a JVM.
+//!
 //! Also: a server down at start; faults injected into one of two servers (`relay`): wrong
 //! bytes, a slow link, a reply cut short; a server stopped (SIGSTOP) with one copy and with
 //! two; a server's metrics scraped while a JVM pages to it; and Spark executors (local-cluster,
@@ -24,6 +27,7 @@ use memliner_agent::stats::doc::StatsDoc;
 use memliner_cli::locate;
 use memliner_cli::run::{launch, RunConfig, RunOutcome};
 use memliner_cli::workloads::{self, Workload};
+use swap_backend::memfile::MemfileStore;
 use swap_backend::replica::ReplicationStats;
 use swap_backend::{ClientOptions, TcpStore};
 
@@ -77,12 +81,49 @@ fn memliner() -> Command {
     Command::new(env!("CARGO_BIN_EXE_memliner"))
 }
 
-/// A `memliner server` process on a port of its own, started again on the same port after a
-/// kill, as an operator's supervisor would.
+/// A client of a running server that holds nothing, to read the server's figures.
+enum Probe {
+    Tcp(TcpStore),
+    Unix(MemfileStore),
+}
+
+impl Probe {
+    fn connect(scheme: &str, host: &str, port: u16, token: &str) -> Option<Probe> {
+        let options = ClientOptions {
+            namespace: "failover-probe".into(),
+            connections: 1,
+            token: token.into(),
+            ..Default::default()
+        };
+        match scheme {
+            "unix" => MemfileStore::connect(host, options).ok().map(Probe::Unix),
+            _ => TcpStore::connect(&format!("{host}:{port}"), options)
+                .ok()
+                .map(Probe::Tcp),
+        }
+    }
+
+    fn server_stats(
+        &self,
+    ) -> Result<swap_backend::protocol::ServerStats, swap_backend::StoreError> {
+        match self {
+            Probe::Tcp(p) => p.server_stats(),
+            Probe::Unix(p) => p.server_stats(),
+        }
+    }
+
+    fn pages(&self) -> u64 {
+        self.server_stats().map_or(0, |s| s.pages_stored)
+    }
+}
+
+/// A `memliner server` process on a port (or socket) of its own, started again on the same
+/// one after a kill, as an operator's supervisor would.
 struct Server {
-    /// `tcp`, or `fabric` (one-sided reads and writes; the port serves TCP clients too).
+    /// `tcp`, `fabric` (one-sided reads and writes; the port serves TCP clients too), or
+    /// `unix` (one-sided in memory files; `host` is the socket's path).
     scheme: &'static str,
-    /// Where it listens: loopback, or the far end of a namespace's link.
+    /// Where it listens: loopback, the far end of a namespace's link, or a socket path.
     host: String,
     port: u16,
     /// `ip netns exec NAME` for a server in a namespace of its own.
@@ -90,8 +131,7 @@ struct Server {
     /// Options beyond the listener and capacity (`--metrics ADDR`), kept for restarts.
     extra: Vec<String>,
     child: Child,
-    /// A client of the running instance that holds nothing, to read the server's figures.
-    probe: TcpStore,
+    probe: Probe,
     starts: u32,
 }
 
@@ -107,6 +147,16 @@ impl Server {
     /// A `fabric://` server on loopback (libfabric's tcp provider here).
     fn start_fabric() -> Server {
         Server::launch("fabric", "127.0.0.1", Vec::new(), &[])
+    }
+
+    /// A `unix://` server on a socket in the test's directory.
+    fn start_unix() -> Server {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let path = temp(&format!(
+            "server-{}.sock",
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        Server::launch("unix", path.to_str().unwrap(), Vec::new(), &[])
     }
 
     /// A server in `net`, reached over its link; one off loopback wants a token, the one in
@@ -125,7 +175,11 @@ impl Server {
     }
 
     fn launch(scheme: &'static str, host: &str, wrapper: Vec<String>, extra: &[&str]) -> Server {
-        let port = free_addr().port();
+        let port = if scheme == "unix" {
+            0
+        } else {
+            free_addr().port()
+        };
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let (child, probe) = Server::spawn(scheme, host, port, &wrapper, &extra);
         Server {
@@ -148,7 +202,7 @@ impl Server {
         port: u16,
         wrapper: &[String],
         extra: &[String],
-    ) -> (Child, TcpStore) {
+    ) -> (Child, Probe) {
         let server = memliner();
         let mut cmd = match wrapper.split_first() {
             // `ip netns exec` execs the server: the child is the server itself.
@@ -159,8 +213,12 @@ impl Server {
             }
             None => server,
         };
+        let listen = match scheme {
+            "unix" => format!("unix://{host}"),
+            _ => format!("{scheme}://{host}:{port}"),
+        };
         let mut child = cmd
-            .args(["server", "--listen", &format!("{scheme}://{host}:{port}")])
+            .args(["server", "--listen", &listen])
             .args(["--capacity", "2g"])
             .args(extra)
             .stderr(Stdio::null())
@@ -174,16 +232,7 @@ impl Server {
             String::new()
         };
         loop {
-            let probe = TcpStore::connect(
-                &format!("{host}:{port}"),
-                ClientOptions {
-                    namespace: "failover-probe".into(),
-                    connections: 1,
-                    token: token.clone(),
-                    ..Default::default()
-                },
-            );
-            if let Ok(p) = probe {
+            if let Some(p) = Probe::connect(scheme, host, port, &token) {
                 return (child, p);
             }
             if Instant::now() > deadline {
@@ -196,12 +245,15 @@ impl Server {
     }
 
     fn url(&self) -> String {
-        format!("{}://{}:{}", self.scheme, self.host, self.port)
+        match self.scheme {
+            "unix" => format!("unix://{}", self.host),
+            _ => format!("{}://{}:{}", self.scheme, self.host, self.port),
+        }
     }
 
     /// Pages the server holds for all its clients.
     fn pages(&self) -> u64 {
-        self.probe.server_stats().map_or(0, |s| s.pages_stored)
+        self.probe.pages()
     }
 
     fn kill_nine(&mut self) {
@@ -397,11 +449,25 @@ fn temp(name: &str) -> std::path::PathBuf {
 fn kill_nine_mid_run() {
     let runs = env_number("MEMLINER_FAILOVER_RUNS", 4);
     let mut rng = Rng::new("kill_nine_mid_run");
-    let mut servers = [Server::start(), Server::start()];
     let cells: Vec<(Workload, &str)> = [Workload::Graph, Workload::Kv]
         .into_iter()
         .flat_map(|w| ["G1", "Shenandoah"].map(|gc| (w, gc)))
         .collect();
+    kill_nine_runs([Server::start(), Server::start()], &cells, runs, &mut rng);
+}
+
+/// One-sided pages in memory files: the server's death is seen on its session's socket, the
+/// JVM fails over and the restarted server rejoins, as over TCP.
+#[test]
+fn kill_nine_of_a_unix_server_mid_run() {
+    let mut rng = Rng::new("kill_nine_of_a_unix_server_mid_run");
+    let servers = [Server::start_unix(), Server::start_unix()];
+    kill_nine_runs(servers, &[(Workload::Graph, "G1")], 1, &mut rng);
+}
+
+/// `runs` runs of `cells` in turn, each with one of `servers` (chosen at random) killed with
+/// SIGKILL at a random moment and started again: checksum right, no page lost, rejoined.
+fn kill_nine_runs(mut servers: [Server; 2], cells: &[(Workload, &str)], runs: u64, rng: &mut Rng) {
     let (mut done, mut attempts) = (0u64, 0u64);
     while done < runs {
         attempts += 1;
@@ -412,9 +478,10 @@ fn kill_nine_mid_run() {
         let (w, gc) = cells[(done % cells.len() as u64) as usize];
         let victim = (rng.next() % 2) as usize;
         let what = format!(
-            "run {} ({} {gc}, kill -9 of server {victim})",
+            "run {} ({} {gc}, kill -9 of {} server {victim})",
             done + 1,
-            w.name()
+            w.name(),
+            servers[victim].scheme
         );
         let before = [servers[0].pages(), servers[1].pages()];
         let jvm = start_jvm(w, gc, &[&servers[0], &servers[1]], temp("kill.json"));
@@ -764,6 +831,45 @@ fn a_server_whose_link_goes_down_is_lost_at_the_deadline_and_the_run_finishes_on
     net.link_down();
     let out = jvm.join().unwrap();
     lost_at_deadline(&out, &far.url(), what);
+}
+
+#[test]
+fn a_single_unix_server_killed_stops_the_jvm_naming_the_page_and_the_server() {
+    let mut server = Server::start_unix();
+    let what = "kv with its only server (unix://) killed (SIGKILL) mid-run";
+    let cfg = RunConfig::default()
+        .local(25)
+        .servers(&server.url())
+        .unwrap();
+    let jvm = std::thread::spawn(move || launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap());
+    while server.pages() == 0 && !jvm.is_finished() {
+        std::thread::yield_now();
+    }
+    assert!(
+        !jvm.is_finished(),
+        "{what}: the JVM finished before the kill"
+    );
+    server.kill_nine();
+    let out = jvm.join().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(70),
+        "{what}\nstderr: {}",
+        out.stderr
+    );
+    let fatal = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("memliner: FATAL"))
+        .unwrap_or_else(|| panic!("{what}: no FATAL line\nstderr: {}", out.stderr));
+    assert!(
+        fatal.contains("heap page")
+            && fatal.contains(&server.url())
+            && (fatal.contains("closed this client's session")
+                || fatal.contains("control channel lost")),
+        "{fatal}"
+    );
+    eprintln!("{what}: {fatal}");
 }
 
 #[test]

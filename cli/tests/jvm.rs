@@ -182,9 +182,10 @@ fn cell_on(
         );
         assert!(dead.pages() > 0, "{what}: no dead page dropped: {dead:?}");
     }
-    let scheme = match cfg.transport {
-        Transport::Tcp => "tcp://127.0.0.1:",
+    let scheme = match cfg.transport.resolve().0 {
+        Transport::Tcp | Transport::Auto => "tcp://127.0.0.1:",
         Transport::Fabric => "fabric://127.0.0.1:",
+        Transport::Unix => "unix:///",
     };
     assert!(pager.store.starts_with(scheme), "{what}: {}", pager.store);
     // Consistency: class totals add up; every remote fault read exactly one page.
@@ -383,6 +384,22 @@ cells!(fabric_cell {
     fabric_graph_g1_25: Workload::Graph, "G1", 25;
     fabric_graph_shenandoah_25: Workload::Graph, "Shenandoah", 25;
     fabric_kv_g1_25: Workload::Kv, "G1", 25;
+});
+
+/// The cell over two-sided TCP to the embedded server (the default is `unix://` memory files
+/// where the host has them): the path a server on another machine is reached by.
+fn tcp_cell(w: Workload, gc: &str, local: u32) {
+    let cfg = RunConfig {
+        transport: Transport::Tcp,
+        ..RunConfig::default()
+    };
+    cell_with(w, gc, local, cfg);
+}
+
+cells!(tcp_cell {
+    tcp_graph_g1_25: Workload::Graph, "G1", 25;
+    tcp_kv_shenandoah_25: Workload::Kv, "Shenandoah", 25;
+    tcp_index_parallel_25: Workload::Index, "Parallel", 25;
 });
 
 #[test]
@@ -1569,7 +1586,7 @@ fn memliner_stats_asks_a_running_jvm_for_its_figures() {
         format!(
             "-agentpath:{}=server={},local=25%,stats={}/%p.json",
             locate::agent().unwrap().display(),
-            server.local_addr(),
+            server.url(),
             dir.display()
         ),
     );
@@ -1689,7 +1706,7 @@ fn a_jvm_that_ignores_sigquit_is_not_signalled() {
         format!(
             "-agentpath:{}=server={},local=25%",
             locate::agent().unwrap().display(),
-            server.local_addr()
+            server.url()
         ),
     );
     let child = Command::new(&cmd[0])

@@ -43,6 +43,9 @@ pub const VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 20;
 /// Most pages one Read/Write/Free frame may carry.
 pub const MAX_BATCH: usize = 256;
+/// Most slots one alloc asks for (64 MiB: a `unix://` grant is one memory file, and a large
+/// heap should need few).
+pub const MAX_ALLOC: u32 = 16384;
 /// Largest payload accepted: a full write batch plus its ids, with room to spare.
 pub const MAX_PAYLOAD: usize = 4 + MAX_BATCH * (8 + PAGE_SIZE) + 4096;
 
@@ -419,7 +422,7 @@ impl Grant {
                     addr: at(c, 2),
                     key: at(c, 3),
                 };
-                if g.pages == 0 || g.pages > MAX_BATCH as u64 {
+                if g.pages == 0 || g.pages > u64::from(MAX_ALLOC) {
                     return Err(format!("alloc reply: a grant of {} slots", g.pages));
                 }
                 Ok(g)
@@ -526,7 +529,7 @@ pub enum Request<'a> {
     Stats,
     /// Makes this connection a one-sided client's control channel.
     Attach,
-    /// Between `need` and `want` (at most [`MAX_BATCH`]) free pool slots.
+    /// Between `need` and `want` (at most [`MAX_ALLOC`]) free pool slots.
     Alloc {
         need: u32,
         want: u32,
@@ -591,9 +594,9 @@ impl<'a> Request<'a> {
                     .map_err(|_| format!("alloc of {} bytes, expected 8", payload.len()))?;
                 let need = u32::from_le_bytes(b[0..4].try_into().unwrap());
                 let want = u32::from_le_bytes(b[4..8].try_into().unwrap());
-                if need > want || want as usize > MAX_BATCH {
+                if need > want || want > MAX_ALLOC {
                     return Err(format!(
-                        "alloc of {need}..{want} slots (at most {MAX_BATCH}, need <= want)"
+                        "alloc of {need}..{want} slots (at most {MAX_ALLOC}, need <= want)"
                     ));
                 }
                 Request::Alloc { need, want }
@@ -926,6 +929,11 @@ mod tests {
             .unwrap_err()
             .contains("need <= want"));
         assert!(Request::decode(Op::Alloc, &[0; 7]).is_err());
+        let most = |want: u32| [[0u8; 4], want.to_le_bytes()].concat();
+        assert!(Request::decode(Op::Alloc, &most(MAX_ALLOC)).is_ok());
+        assert!(Request::decode(Op::Alloc, &most(MAX_ALLOC + 1))
+            .unwrap_err()
+            .contains("at most 16384"));
         let mut a = AttachOk {
             port: 1,
             session: 2,

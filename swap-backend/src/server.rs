@@ -1,5 +1,8 @@
 //! The memory server: holds pages for its clients in RAM, one namespace per client.
 //!
+//! Clients reach it over TCP (`tcp://`, and `fabric://`'s control channel) or a Unix socket
+//! (`unix://`: one-sided pages in memory files, see [`crate::memfile`]).
+//!
 //! One thread per connection. A namespace lives while at least one connection that said hello
 //! with its name is open; when the last one closes its pages are freed (the client that owned
 //! them is gone, so nobody can ask for them again). Capacity is shared by all namespaces and
@@ -7,13 +10,17 @@
 //! with a logged reason and never takes the server down.
 
 use std::collections::HashMap;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::auth::{same_secret, SessionKey};
 use crate::fabric::Target;
+use crate::memfile::FileGrants;
 use crate::page_map::PageMap;
 use crate::protocol::{self, code, read_frame, FrameError, HelloOk, Reply, Request, PAGE_SIZE};
 
@@ -136,7 +143,7 @@ struct Shared {
     /// The one-sided side, when configured.
     target: Option<Arc<Target>>,
     /// Every open connection, so that stopping the server closes them.
-    connections: Mutex<HashMap<u64, TcpStream>>,
+    connections: Mutex<HashMap<u64, Open>>,
     next_connection: AtomicU64,
 }
 
@@ -164,23 +171,108 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// An open connection as the server can cut it.
+struct Open {
+    socket: OwnedFd,
+    /// Set when the server cut it (the client did not close it).
+    cut: Arc<AtomicBool>,
+}
+
+impl Open {
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        let _ = rustix::net::shutdown(&self.socket, rustix::net::Shutdown::Both);
+    }
+}
+
+/// A client connection, over TCP or a Unix socket.
+trait Conn: Read + Write + AsFd + Send + Sized + 'static {
+    fn clone_conn(&self) -> std::io::Result<Self>;
+    /// The Unix socket, on which replies can carry memory files.
+    fn unix(&self) -> Option<&UnixStream> {
+        None
+    }
+}
+
+impl Conn for TcpStream {
+    fn clone_conn(&self) -> std::io::Result<Self> {
+        self.try_clone()
+    }
+}
+
+impl Conn for UnixStream {
+    fn clone_conn(&self) -> std::io::Result<Self> {
+        self.try_clone()
+    }
+
+    fn unix(&self) -> Option<&UnixStream> {
+        Some(self)
+    }
+}
+
+/// A listening socket, TCP or Unix.
+trait Accept: Send + 'static {
+    type Conn: Conn;
+    /// The next connection and who it is from (for the log).
+    fn accept_one(&self) -> std::io::Result<(Self::Conn, String)>;
+}
+
+impl Accept for TcpListener {
+    type Conn = TcpStream;
+    fn accept_one(&self) -> std::io::Result<(TcpStream, String)> {
+        let (s, peer) = self.accept()?;
+        s.set_nodelay(true)?;
+        Ok((s, peer.to_string()))
+    }
+}
+
+impl Accept for UnixListener {
+    type Conn = UnixStream;
+    fn accept_one(&self) -> std::io::Result<(UnixStream, String)> {
+        let (s, _) = self.accept()?;
+        // Who is on the other end, by the kernel's word (a Unix socket has no address).
+        let peer = match rustix::net::sockopt::socket_peercred(&s) {
+            Ok(c) => format!("pid {} (uid {})", c.pid.as_raw_nonzero(), c.uid.as_raw()),
+            Err(_) => "a local process".into(),
+        };
+        Ok((s, peer))
+    }
+}
+
+/// Where a server listens.
+#[derive(Clone, Debug)]
+enum Listening {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
 /// A running server; dropping the handle does not stop it, [`ServerHandle::stop`] does.
 pub struct ServerHandle {
-    addr: SocketAddr,
+    addr: Listening,
     shared: Arc<Shared>,
     metrics: Option<crate::metrics::MetricsListener>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// The thread that started the server, with its and the process's CPU time then.
-    started_by: (
-        std::thread::ThreadId,
-        std::time::Duration,
-        std::time::Duration,
-    ),
+    started_by: StartedBy,
 }
 
 impl ServerHandle {
+    /// The TCP address it listens at (a `unix://` server has none: see [`Self::url`]).
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        match &self.addr {
+            Listening::Tcp(a) => *a,
+            Listening::Unix(p) => panic!("the server at {} listens on a Unix socket", p.display()),
+        }
+    }
+
+    /// Its address as clients name it: `tcp://127.0.0.1:7070`, `unix:///run/memliner.sock`
+    /// (a one-sided TCP server's is `fabric://`, see [`Self::fabric`]).
+    pub fn url(&self) -> String {
+        match &self.addr {
+            Listening::Tcp(a) if self.shared.target.is_some() => format!("fabric://{a}"),
+            Listening::Tcp(a) => format!("tcp://{a}"),
+            Listening::Unix(p) => format!("unix://{}", p.display()),
+        }
     }
 
     /// Pages currently stored, across all namespaces.
@@ -244,7 +336,7 @@ impl ServerHandle {
     /// their grace period, for their owners to reconnect.
     pub fn disconnect_all(&self) {
         for c in lock(&self.shared.connections).values() {
-            let _ = c.shutdown(std::net::Shutdown::Both);
+            c.cut();
         }
     }
 
@@ -256,9 +348,15 @@ impl ServerHandle {
         drop(lock(&self.shared.namespaces));
         self.shared.namespace_gone.notify_all();
         // Wake the blocking accept with a throwaway connection.
-        let _ = TcpStream::connect(self.addr);
+        match &self.addr {
+            Listening::Tcp(a) => drop(TcpStream::connect(a)),
+            Listening::Unix(p) => drop(UnixStream::connect(p)),
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        if let Listening::Unix(p) = &self.addr {
+            let _ = std::fs::remove_file(p);
         }
         self.disconnect_all();
         if let Some(t) = &self.shared.target {
@@ -277,13 +375,9 @@ impl ServerHandle {
     }
 }
 
-/// Binds `listen` and serves in background threads.
+/// Binds `listen` (`HOST:PORT`) and serves in background threads.
 pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle> {
-    let started_by = (
-        std::thread::current().id(),
-        crate::cpu::thread_cpu_time(),
-        crate::cpu::process_cpu_time(),
-    );
+    let started_by = started_now();
     let listener = TcpListener::bind(listen)?;
     let addr = listener.local_addr()?;
     let target = if config.fabric {
@@ -298,6 +392,71 @@ pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle
     } else {
         None
     };
+    serve(listener, Listening::Tcp(addr), config, target, started_by)
+}
+
+/// Binds a Unix socket at `path` and serves `unix://` clients (memory files) there, in
+/// background threads. A socket file left by a server that is gone is replaced; one a live
+/// server listens on is an error. Only the socket's owner can connect (the umask's mode;
+/// the token, if set, is asked for too).
+pub fn spawn_unix(path: &Path, config: ServerConfig) -> std::io::Result<ServerHandle> {
+    let started_by = started_now();
+    if config.fabric {
+        return Err(std::io::Error::other(
+            "a one-sided libfabric listener needs a TCP address (fabric://HOST:PORT)",
+        ));
+    }
+    crate::memfile::available().map_err(std::io::Error::other)?;
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("a server already listens at {}", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    raise_file_limit();
+    serve(
+        listener,
+        Listening::Unix(path.to_path_buf()),
+        config,
+        None,
+        started_by,
+    )
+}
+
+/// Each `unix://` grant holds a descriptor here: as many as the hard limit allows.
+fn raise_file_limit() {
+    let mut l = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    if l.current < l.maximum {
+        l.current = l.maximum;
+        let _ = rustix::process::setrlimit(rustix::process::Resource::Nofile, l);
+    }
+}
+
+type StartedBy = (
+    std::thread::ThreadId,
+    std::time::Duration,
+    std::time::Duration,
+);
+
+fn started_now() -> StartedBy {
+    (
+        std::thread::current().id(),
+        crate::cpu::thread_cpu_time(),
+        crate::cpu::process_cpu_time(),
+    )
+}
+
+fn serve<L: Accept>(
+    listener: L,
+    addr: Listening,
+    config: ServerConfig,
+    target: Option<Arc<Target>>,
+    started_by: StartedBy,
+) -> std::io::Result<ServerHandle> {
     let shared = Arc::new(Shared::new(config, target));
     let s = shared.clone();
     let thread = std::thread::Builder::new()
@@ -353,24 +512,22 @@ fn figures(shared: &Shared) -> crate::metrics::Figures {
     }
 }
 
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+fn accept_loop<L: Accept>(listener: L, shared: Arc<Shared>) {
     let mut refused = RefusalLog::default();
-    for stream in listener.incoming() {
+    loop {
+        let accepted = listener.accept_one();
         if shared.stopping.load(Ordering::SeqCst) {
             break;
         }
-        let stream = match stream {
+        let (mut stream, peer) = match accepted {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("memliner-server: accept failed: {e}");
                 continue;
             }
         };
-        let peer = stream
-            .peer_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| "?".into());
         let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
+        let cut = Arc::new(AtomicBool::new(false));
         {
             let mut open = lock(&shared.connections);
             let max = shared.config.limits.connections;
@@ -378,13 +535,20 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 drop(open);
                 let why = format!("server full: {max} connections open, the most it takes");
                 // The refusal must not wait on a client that does not read.
-                let _ = stream.set_write_timeout(Some(std::time::Duration::from_millis(100)));
-                let _ = send_error(&mut &stream, 0, code::LIMIT, &why);
+                let _ = socket2::SockRef::from(&stream)
+                    .set_write_timeout(Some(std::time::Duration::from_millis(100)));
+                let _ = send_error(&mut stream, 0, code::LIMIT, &why);
                 refused.note(&shared, &peer, &why);
                 continue;
             }
-            if let Ok(c) = stream.try_clone() {
-                open.insert(id, c);
+            if let Ok(socket) = stream.as_fd().try_clone_to_owned() {
+                open.insert(
+                    id,
+                    Open {
+                        socket,
+                        cut: cut.clone(),
+                    },
+                );
             }
         }
         let s = shared.clone();
@@ -392,7 +556,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             .name("memliner-conn".into())
             .stack_size(256 << 10)
             .spawn(move || {
-                let result = serve_connection(&s, stream, &peer);
+                let result = serve_connection(&s, stream, &peer, &cut);
                 lock(&s.connections).remove(&id);
                 if let Err(reason) = result {
                     // Closes and silent connections are routine (and a flood of the latter
@@ -521,14 +685,27 @@ fn reap_loop(shared: &Shared) {
 /// A control channel's one-sided session: ended (endpoints closed, slots freed) with it.
 struct Session<'a> {
     shared: &'a Shared,
-    target: &'a Target,
     ns: Arc<Namespace>,
-    id: u64,
+    side: OneSided<'a>,
+    /// The client closed the session (rather than the server cutting it): a `unix://`
+    /// client's grants are emptied then (it unmapped them first).
+    closed_by_client: bool,
+}
+
+/// Where a session's slots are.
+enum OneSided<'a> {
+    /// Registered with libfabric (`fabric://`).
+    Fabric { target: &'a Target, id: u64 },
+    /// Memory files (`unix://`).
+    Files(FileGrants),
 }
 
 impl Drop for Session<'_> {
     fn drop(&mut self) {
-        let freed = self.target.detach(self.id);
+        let freed = match &mut self.side {
+            OneSided::Fabric { target, id } => target.detach(*id),
+            OneSided::Files(files) => files.end(self.closed_by_client),
+        };
         give_back(self.shared, &self.ns, freed);
     }
 }
@@ -641,38 +818,36 @@ impl ConnectionEnd {
     }
 }
 
-fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<(), ConnectionEnd> {
-    stream.set_nodelay(true)?;
-    let mut payload = Vec::new();
-    // A client that exits with a reply unread resets the connection (a JVM whose threads
-    // serve their own faults can exit mid-request): that is a close, not an error.
-    let gone = |e: &std::io::Error| {
-        use std::io::ErrorKind::*;
-        matches!(e.kind(), UnexpectedEof | ConnectionReset | BrokenPipe)
-    };
-    let io = |e: std::io::Error| {
-        if gone(&e) {
-            ConnectionEnd::ClosedByClient(Some(e))
-        } else {
-            ConnectionEnd::Io(e)
-        }
-    };
+/// A client that exits with a reply unread resets the connection (a JVM whose threads serve
+/// their own faults can exit mid-request): that is a close, not an error.
+fn client_gone(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), UnexpectedEof | ConnectionReset | BrokenPipe)
+}
 
-    let read = |reader: &mut BufReader<TcpStream>, payload: &mut Vec<u8>| match read_frame(
-        reader, payload,
-    ) {
-        Ok(h) => Ok(Some(h)),
-        Err(FrameError::Io(e)) if gone(&e) => Ok(None),
-        Err(e) => Err(ConnectionEnd::Frame(e)),
-    };
+fn io_end(e: std::io::Error) -> ConnectionEnd {
+    if client_gone(&e) {
+        ConnectionEnd::ClosedByClient(Some(e))
+    } else {
+        ConnectionEnd::Io(e)
+    }
+}
+
+fn serve_connection<S: Conn>(
+    shared: &Shared,
+    mut stream: S,
+    peer: &str,
+    cut: &AtomicBool,
+) -> Result<(), ConnectionEnd> {
+    let mut payload = Vec::new();
 
     // Hello first, within the deadline, read without buffers: a connection that never says
     // hello costs its thread and nothing more, and only until the deadline.
     let deadline = shared.config.limits.hello_deadline;
-    stream.set_read_timeout(Some(deadline))?;
-    let h = match read_frame(&mut &stream, &mut payload) {
+    socket2::SockRef::from(&stream).set_read_timeout(Some(deadline))?;
+    let h = match read_frame(&mut stream, &mut payload) {
         Ok(h) => h,
-        Err(FrameError::Io(e)) if gone(&e) => return Err(ConnectionEnd::ClosedBeforeHello),
+        Err(FrameError::Io(e)) if client_gone(&e) => return Err(ConnectionEnd::ClosedBeforeHello),
         Err(FrameError::Io(e))
             if matches!(
                 e.kind(),
@@ -680,23 +855,23 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
             ) =>
         {
             let end = ConnectionEnd::NoHello(deadline);
-            let _ = send_error(&mut &stream, 0, code::LIMIT, &end.to_string());
+            let _ = send_error(&mut stream, 0, code::LIMIT, &end.to_string());
             return Err(end);
         }
         Err(e) => return Err(e.into()),
     };
-    stream.set_read_timeout(None)?;
+    socket2::SockRef::from(&stream).set_read_timeout(None)?;
     let hello = match Request::decode(h.op, &payload) {
         Ok(Request::Hello(hello)) => hello,
         Ok(other) => {
-            let _ = send_error(&mut &stream, h.request, code::BAD_REQUEST, "expected hello");
+            let _ = send_error(&mut stream, h.request, code::BAD_REQUEST, "expected hello");
             return Err(ConnectionEnd::NotHello(other.op()));
         }
         Err(message) => return Err(ConnectionEnd::BadFrame { op: h.op, message }),
     };
     let (name, lane) = (hello.namespace, hello.lane);
-    let refuse = |code: u16, why: String| {
-        let _ = send_error(&mut &stream, h.request, code, &why);
+    let mut refuse = |code: u16, why: String| {
+        let _ = send_error(&mut stream, h.request, code, &why);
         Err(ConnectionEnd::Refused(why))
     };
     if let Some(expected) = &shared.config.token {
@@ -716,7 +891,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
         ns: ns.clone(),
         peer: peer.to_string(),
     };
-    let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
+    let mut reader = BufReader::with_capacity(256 << 10, stream.clone_conn()?);
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
     Reply::HelloOk(HelloOk {
         page_size: PAGE_SIZE as u32,
@@ -724,29 +899,62 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
         key: Some(ns.key),
     })
     .write_to(&mut writer, h.request)
-    .map_err(io)?;
-    writer.flush().map_err(io)?;
+    .map_err(io_end)?;
+    writer.flush().map_err(io_end)?;
     if shared.config.verbose {
         let how = if created { "created" } else { "attached to" };
         eprintln!("memliner-server: {peer} {how} namespace '{name}' ({lane:?} lane)");
     }
 
-    let mut out = Vec::new();
     let mut session: Option<Session> = None;
+    let end = serve_requests(
+        shared,
+        &ns,
+        &name,
+        lane,
+        &mut reader,
+        &mut writer,
+        &mut session,
+    );
+    if let Some(s) = session.as_mut() {
+        s.closed_by_client =
+            matches!(end, Err(ConnectionEnd::ClosedByClient(_))) && !cut.load(Ordering::SeqCst);
+    }
+    end
+}
+
+/// Answers a connection's requests after its hello, until it ends.
+fn serve_requests<'s, S: Conn>(
+    shared: &'s Shared,
+    ns: &Arc<Namespace>,
+    name: &str,
+    lane: protocol::Lane,
+    reader: &mut BufReader<S>,
+    writer: &mut BufWriter<S>,
+    session: &mut Option<Session<'s>>,
+) -> Result<(), ConnectionEnd> {
+    let mut payload = Vec::new();
+    let mut out = Vec::new();
+    let mut fds = Vec::new();
+    let unix = writer.get_ref().unix().is_some();
     loop {
         // Flush replies only when no further request is already buffered: pipelined requests
         // get their replies in one write.
         if reader.buffer().is_empty() {
-            writer.flush().map_err(io)?;
+            writer.flush().map_err(io_end)?;
             // A pager's fault handler asks again soon after an answer: spin briefly rather
             // than sleep (the governor permitting). Prefetch and reclaim lanes just block.
             if lane == protocol::Lane::Demand {
                 crate::tcp::spin_until_readable(reader.get_ref());
             }
         }
-        let Some(h) = read(&mut reader, &mut payload)? else {
-            writer.flush().map_err(io)?;
-            return Err(ConnectionEnd::ClosedByClient(None));
+        let h = match read_frame(reader, &mut payload) {
+            Ok(h) => h,
+            Err(FrameError::Io(e)) if client_gone(&e) => {
+                writer.flush().map_err(io_end)?;
+                return Err(ConnectionEnd::ClosedByClient(None));
+            }
+            Err(e) => return Err(ConnectionEnd::Frame(e)),
         };
         let arrived = std::time::Instant::now();
         if let Some(l) = shared.config.latency {
@@ -756,7 +964,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
         let request = match Request::decode(h.op, &payload) {
             Ok(r) => r,
             Err(e) => {
-                let _ = ns_error(&ns, &mut writer, h.request, code::BAD_REQUEST, &e);
+                let _ = ns_error(ns, writer, h.request, code::BAD_REQUEST, &e);
                 let _ = writer.flush();
                 return Err(ConnectionEnd::BadFrame {
                     op: h.op,
@@ -765,15 +973,40 @@ fn serve_connection(shared: &Shared, stream: TcpStream, peer: &str) -> Result<()
             }
         };
         let second_hello = matches!(request, Request::Hello(_));
-        match respond(shared, &ns, &name, &mut session, request, &mut out) {
-            Ok(reply) => reply.write_to(&mut writer, h.request).map_err(io)?,
-            Err((c, msg)) => ns_error(&ns, &mut writer, h.request, c, &msg).map_err(io)?,
+        let ctx = Context {
+            shared,
+            ns,
+            name,
+            unix,
+        };
+        match respond(&ctx, session, request, &mut out, &mut fds) {
+            Ok(reply) if fds.is_empty() => reply.write_to(writer, h.request).map_err(io_end)?,
+            Ok(reply) => {
+                // Memory files go with the reply's first byte, past the buffer.
+                let mut frame = Vec::new();
+                reply.write_to(&mut frame, h.request)?;
+                writer.flush().map_err(io_end)?;
+                let socket = writer.get_ref().unix().expect("files only on Unix sockets");
+                let sent = crate::memfile::send_with_fds(socket, &frame, &fds);
+                fds.clear();
+                sent.map_err(io_end)?;
+            }
+            Err((c, msg)) => ns_error(ns, writer, h.request, c, &msg).map_err(io_end)?,
         }
         if second_hello {
             let _ = writer.flush();
             return Err(ConnectionEnd::SecondHello);
         }
     }
+}
+
+/// Who asks: the namespace a connection attached to, and over what.
+struct Context<'s, 'n> {
+    shared: &'s Shared,
+    ns: &'n Arc<Namespace>,
+    name: &'n str,
+    /// A Unix socket: one-sided means memory files.
+    unix: bool,
 }
 
 /// Attaches a hello presenting `key` to namespace `name`: the namespace and whether it was
@@ -821,13 +1054,13 @@ fn attach(
 /// connection's one-sided session, once it attached. A second hello is refused here, and the
 /// caller then ends the connection; every other refusal leaves it open.
 fn respond<'s, 'o>(
-    shared: &'s Shared,
-    ns: &Arc<Namespace>,
-    name: &str,
+    ctx: &Context<'s, '_>,
     session: &mut Option<Session<'s>>,
     request: Request<'_>,
     out: &'o mut Vec<u8>,
+    fds: &mut Vec<OwnedFd>,
 ) -> Result<Reply<'o>, (u16, String)> {
+    let (shared, ns, name) = (ctx.shared, ctx.ns, ctx.name);
     Ok(match request {
         Request::Read { ids } => {
             out.clear();
@@ -878,52 +1111,92 @@ fn respond<'s, 'o>(
             pages_written: shared.pages_written.load(Ordering::Relaxed),
         }),
         Request::Attach => {
-            let Some(target) = shared.target.as_deref() else {
-                return Err((
-                    code::BAD_REQUEST,
-                    "this server has no one-sided listener: start it with --listen fabric://HOST:PORT".into(),
-                ));
-            };
             if session.is_some() {
                 return Err((
                     code::BAD_REQUEST,
                     "this connection is attached already".into(),
                 ));
             }
-            let ok = target.attach();
+            let (side, ok) = if ctx.unix {
+                let ok = protocol::AttachOk {
+                    port: 0,
+                    session: 0,
+                    provider: crate::memfile::PROVIDER.into(),
+                };
+                (OneSided::Files(FileGrants::new(name)), ok)
+            } else {
+                let Some(target) = shared.target.as_deref() else {
+                    return Err((
+                        code::BAD_REQUEST,
+                        "this server has no one-sided listener: start it with --listen fabric://HOST:PORT (or unix://PATH on this host)".into(),
+                    ));
+                };
+                let ok = target.attach();
+                (
+                    OneSided::Fabric {
+                        target,
+                        id: ok.session,
+                    },
+                    ok,
+                )
+            };
             if shared.config.verbose {
-                eprintln!("memliner-server: namespace '{name}' attached for one-sided access");
+                eprintln!(
+                    "memliner-server: namespace '{name}' attached for one-sided access ({})",
+                    ok.provider
+                );
             }
             *session = Some(Session {
                 shared,
-                target,
                 ns: ns.clone(),
-                id: ok.session,
+                side,
+                closed_by_client: false,
             });
             Reply::AttachOk(ok)
         }
         Request::Alloc { need, want } => {
-            let Some(s) = session.as_ref() else {
+            let Some(s) = session.as_mut() else {
                 return Err((code::BAD_REQUEST, "alloc before attach".into()));
             };
-            let count = reserve(shared, ns, name, need as u64, want as u64)? as u32;
-            match s.target.alloc(s.id, count) {
+            let count = reserve(shared, ns, name, need as u64, want as u64)?;
+            let granted = match &mut s.side {
+                OneSided::Fabric { target, id } => target
+                    .alloc(*id, count as u32)
+                    .map_err(|msg| (code::BAD_REQUEST, msg)),
+                OneSided::Files(files) => match files.alloc(count) {
+                    Ok((grant, fd)) => {
+                        fds.push(fd);
+                        if shared.config.verbose {
+                            eprintln!(
+                                "memliner-server: namespace '{name}' granted a memory file of {count} pages"
+                            );
+                        }
+                        Ok(vec![grant])
+                    }
+                    Err(e) => Err((
+                        code::CAPACITY,
+                        format!("cannot allocate {count} pages of memory for a grant: {e}"),
+                    )),
+                },
+            };
+            match granted {
                 Ok(grants) => Reply::AllocOk(grants),
-                Err(msg) => {
+                Err(refusal) => {
                     // The namespace's count goes back too, or its quota would shrink.
-                    give_back(shared, ns, count as u64);
-                    return Err((code::BAD_REQUEST, msg));
+                    give_back(shared, ns, count);
+                    return Err(refusal);
                 }
             }
         }
         Request::Release { grants } => {
-            let Some(s) = session.as_ref() else {
+            let Some(s) = session.as_mut() else {
                 return Err((code::BAD_REQUEST, "release before attach".into()));
             };
-            let slots = s
-                .target
-                .release(s.id, &grants)
-                .map_err(|msg| (code::BAD_REQUEST, msg))?;
+            let slots = match &mut s.side {
+                OneSided::Fabric { target, id } => target.release(*id, &grants),
+                OneSided::Files(files) => files.release(&grants),
+            }
+            .map_err(|msg| (code::BAD_REQUEST, msg))?;
             give_back(shared, ns, slots);
             Reply::ReleaseOk
         }
@@ -972,7 +1245,13 @@ mod tests {
     ) -> Result<(Op, Vec<u8>), (u16, String)> {
         let mut out = Vec::new();
         let mut session = None;
-        let reply = respond(s, ns, "n", &mut session, request, &mut out)?;
+        let ctx = Context {
+            shared: s,
+            ns,
+            name: "n",
+            unix: false,
+        };
+        let reply = respond(&ctx, &mut session, request, &mut out, &mut Vec::new())?;
         let bytes = match &reply {
             Reply::ReadOk(b) => b.to_vec(),
             _ => Vec::new(),

@@ -1,7 +1,9 @@
 //! Memory server addresses as URLs: `tcp://HOST:PORT`, or a bare `HOST:PORT` (TCP, as before
-//! URLs), and `fabric://HOST:PORT` for one-sided RDMA through libfabric (the port is the
-//! server's control channel; its data endpoints listen where that channel says). One type for every place that names a server: the agent's `server=`, `memliner run
-//! --server`, `memliner server --listen`, and the stats (which print it back).
+//! URLs), `fabric://HOST:PORT` for one-sided RDMA through libfabric (the port is the server's
+//! control channel; its data endpoints listen where that channel says), and `unix:///PATH` for
+//! one-sided pages in memory files of a server on this host (`crate::memfile`). One type for
+//! every place that names a server: the agent's `server=`, `memliner run --server`, `memliner
+//! server --listen`, and the stats (which print it back).
 
 use std::fmt;
 use std::str::FromStr;
@@ -13,6 +15,8 @@ pub enum Scheme {
     Tcp,
     /// One-sided reads and writes through libfabric (`fabric://`).
     Fabric,
+    /// One-sided copies in memory files a server on this host hands out (`unix://`).
+    Unix,
 }
 
 impl Scheme {
@@ -20,6 +24,7 @@ impl Scheme {
         match self {
             Scheme::Tcp => "tcp",
             Scheme::Fabric => "fabric",
+            Scheme::Unix => "unix",
         }
     }
 }
@@ -28,15 +33,19 @@ impl Scheme {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerUrl {
     pub scheme: Scheme,
-    /// A host name, an IPv4 address, or an IPv6 address without its brackets.
+    /// A host name, an IPv4 address, or an IPv6 address without its brackets; under
+    /// [`Scheme::Unix`], the socket's absolute path.
     pub host: String,
+    /// The port; 0 under [`Scheme::Unix`].
     pub port: u16,
 }
 
 impl ServerUrl {
-    /// `HOST:PORT` as socket calls take it (IPv6 in brackets).
+    /// `HOST:PORT` as socket calls take it (IPv6 in brackets); a Unix socket's path.
     pub fn authority(&self) -> String {
-        if self.host.contains(':') {
+        if self.scheme == Scheme::Unix {
+            self.host.clone()
+        } else if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
             format!("{}:{}", self.host, self.port)
@@ -45,7 +54,8 @@ impl ServerUrl {
 
     /// Whether the host is a loopback address (or `localhost`).
     pub fn is_loopback(&self) -> bool {
-        self.host == "localhost"
+        self.scheme == Scheme::Unix
+            || self.host == "localhost"
             || self
                 .host
                 .parse::<std::net::IpAddr>()
@@ -55,6 +65,7 @@ impl ServerUrl {
 
 impl fmt::Display for ServerUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A Unix path's "authority" is the path: unix:///run/x.sock.
         write!(f, "{}://{}", self.scheme.name(), self.authority())
     }
 }
@@ -63,19 +74,29 @@ impl FromStr for ServerUrl {
     type Err = String;
 
     fn from_str(s: &str) -> Result<ServerUrl, String> {
+        const EXPECTED: &str =
+            "expected tcp://HOST:PORT, fabric://HOST:PORT, unix:///PATH, or HOST:PORT";
         let (scheme, rest) = match s.split_once("://") {
             Some(("tcp", rest)) => (Scheme::Tcp, rest),
             Some(("fabric", rest)) => (Scheme::Fabric, rest),
+            Some(("unix", path)) => {
+                if !path.starts_with('/') || path.len() < 2 {
+                    return Err(format!(
+                        "'{s}': a unix:// address is the server socket's absolute path, as in unix:///run/memliner.sock"
+                    ));
+                }
+                return Ok(ServerUrl {
+                    scheme: Scheme::Unix,
+                    host: path.to_string(),
+                    port: 0,
+                });
+            }
             Some((other, _)) => {
-                return Err(format!(
-                    "'{s}': unknown scheme '{other}://' (expected tcp://HOST:PORT, fabric://HOST:PORT, or HOST:PORT)"
-                ))
+                return Err(format!("'{s}': unknown scheme '{other}://' ({EXPECTED})"))
             }
             None => (Scheme::Tcp, s),
         };
-        let bad = |why: &str| {
-            format!("'{s}': {why} (expected tcp://HOST:PORT, fabric://HOST:PORT, or HOST:PORT)")
-        };
+        let bad = |why: &str| format!("'{s}': {why} ({EXPECTED})");
         if rest.contains('/') {
             return Err(bad("a server address has no path"));
         }
@@ -116,6 +137,9 @@ impl FromStr for ListenUrl {
     type Err = String;
 
     fn from_str(s: &str) -> Result<ListenUrl, String> {
+        if s.starts_with("unix://") {
+            return s.parse().map(ListenUrl);
+        }
         // Port 0 is the one difference: parse with a stand-in port, then put 0 back.
         if let Some(head) = s.strip_suffix(":0") {
             let mut u: ServerUrl = format!("{head}:1").parse()?;
@@ -167,6 +191,21 @@ mod tests {
         assert!(err("tcp://h:1/x").contains("no path"));
         assert!(err("::1:7070").contains("[ADDR]:PORT"));
         assert!(err("[zz]:1").contains("IPv6"));
+        assert!(err("unix://run/x.sock").contains("absolute path"));
+        assert!(err("unix://").contains("absolute path"));
+    }
+
+    #[test]
+    fn unix_addresses_are_socket_paths() {
+        let u = url("unix:///run/memliner.sock");
+        assert_eq!(
+            (u.scheme, u.authority().as_str()),
+            (Scheme::Unix, "/run/memliner.sock")
+        );
+        assert_eq!(u.to_string(), "unix:///run/memliner.sock");
+        assert!(u.is_loopback());
+        let l: ListenUrl = "unix:///tmp/a:0".parse().unwrap();
+        assert_eq!(l.0.authority(), "/tmp/a:0", "a path is not a port");
     }
 
     #[test]

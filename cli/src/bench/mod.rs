@@ -67,6 +67,9 @@ pub enum Mode {
     /// `policy=memliner` over one-sided reads and writes to the embedded server
     /// (`fabric://`, libfabric's tcp provider here; `--transports`).
     MemlinerFabric,
+    /// `policy=memliner` over two-sided TCP to the embedded server (`--transports`; the
+    /// `memliner` cell uses the default, memory files where the host has them).
+    MemlinerTcp,
     /// `policy=memliner` with two copies of every page on two embedded servers (`--replicas`).
     MemlinerReplicated,
     /// `policy=memliner` with a budget of the heap memory the kernel actually left its JVM's
@@ -99,6 +102,7 @@ impl Mode {
             Mode::MemlinerThreadFaults => "memliner-faults-thread",
             Mode::MemlinerGcHooks => "memliner-gc-hooks",
             Mode::MemlinerFabric => "memliner-fabric",
+            Mode::MemlinerTcp => "memliner-tcp",
             Mode::MemlinerReplicated => "memliner-replicated",
             Mode::MemlinerKernelHeap => "memliner-at-kernel-heap",
             Mode::MemlinerScraped => "memliner-scraped",
@@ -517,8 +521,10 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                         out.push(p(Mode::MemlinerInProcessNoPauseReads, 25));
                     }
                 }
-                // The transports side by side: tcp (the memliner cell), one-sided, in-process.
+                // The transports side by side: the default (the memliner cell), tcp, fabric,
+                // in-process.
                 if cfg.transports && !cfg.kernel_only && java {
+                    out.push(p(Mode::MemlinerTcp, 25));
                     out.push(p(Mode::MemlinerFabric, 25));
                     if *c != cfg.collectors[0] {
                         out.push(p(Mode::MemlinerInProcess, 25));
@@ -846,7 +852,9 @@ pub fn rerender(raw: &Path, out: PathBuf) -> Result<PathBuf, String> {
         command: doc.command,
         gc_hooks: records.iter().any(|r| r.mode == Mode::MemlinerGcHooks),
         emulate_latency: doc.emulate_latency,
-        transports: records.iter().any(|r| r.mode == Mode::MemlinerFabric),
+        transports: records
+            .iter()
+            .any(|r| matches!(r.mode, Mode::MemlinerFabric | Mode::MemlinerTcp)),
         replicas: records.iter().any(|r| r.mode == Mode::MemlinerReplicated),
         checksums: records.iter().any(|r| r.mode == Mode::MemlinerNoChecksums),
     };
@@ -899,6 +907,10 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
         },
         Mode::MemlinerFabric => RunConfig {
             transport: crate::run::Transport::Fabric,
+            ..base
+        },
+        Mode::MemlinerTcp => RunConfig {
+            transport: crate::run::Transport::Tcp,
             ..base
         },
         Mode::MemlinerReplicated => RunConfig {
@@ -1002,7 +1014,7 @@ pub fn tcp_throughput(mib: usize, reps: usize) -> Result<(f64, f64), String> {
     use swap_backend::{ClientOptions, PageStore, TcpStore, PAGE_SIZE};
     let server = crate::run::embedded_server(crate::run::Transport::Tcp)?;
     let store = TcpStore::connect(
-        &server.local_addr().to_string(),
+        &server.handle.local_addr().to_string(),
         ClientOptions {
             namespace: "bench".into(),
             connections: 1,

@@ -951,7 +951,8 @@ fn replication(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
 }
 
 /// The transports side by side (`--transports`): the same JVM runs over tcp, one-sided
-/// fabric and the in-process store, then each store alone.
+/// fabric, the default (memory files where the host has them) and the in-process store, then
+/// each store alone.
 fn transports(md: &mut String, cfg: &BenchConfig, rs: &[Record], x: &Extras) {
     if !cfg.transports && x.stores.is_empty() {
         return;
@@ -959,45 +960,67 @@ fn transports(md: &mut String, cfg: &BenchConfig, rs: &[Record], x: &Extras) {
     let wall = |r: &Record| r.ok().then_some(r.wall_ms);
     let _ = writeln!(
         md,
-        "\n## Transports at 25% local: memliner over tcp, one-sided fabric, in-process (medians)\n\n\
-         The same runs but for where the pages go: `tcp://` to the embedded server, `fabric://` to \
-         the same server through libfabric's one-sided reads and writes (its tcp provider here: \
-         no RDMA NIC), and the in-process store (no network at all, the pager's own cost).\n"
+        "\n## Transports at 25% local: memliner over tcp, fabric, memory files, in-process (medians)\n\n\
+         The same runs but for where the pages go: `tcp://` to the embedded server (two-sided: \
+         each read wakes a server thread), `fabric://` to the same server through libfabric's \
+         one-sided reads and writes (its tcp provider here: no RDMA NIC), `unix://` memory files \
+         the embedded server hands the JVM (one-sided: the JVM copies pages itself, the default \
+         where the host has them), and the in-process store (the pager's own cost). Server CPU \
+         per read is the embedded server's CPU over the pages it served.\n"
     );
     let _ = writeln!(
         md,
-        "| workload | collector | transport | x all-local | fabric / tcp wall | remote faults | faulting-thread remote fault p50 / p99 us | agent CPU s | server CPU s |\n|---|---|---|---|---|---|---|---|---|"
+        "| workload | collector | transport | x all-local | / tcp wall | / in-process wall | remote faults | faulting-thread remote fault p50 / p99 us | agent CPU s | server CPU s | server CPU per page read us |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for (w, c) in pairs(cfg, rs) {
         let n = med(&cell(rs, &w, &c, Mode::NoAgent, 100), wall);
-        let tcp = med(&cell(rs, &w, &c, Mode::Memliner, 25), wall);
-        for (mode, name) in [
-            (Mode::Memliner, "tcp"),
-            (Mode::MemlinerFabric, "fabric"),
-            (Mode::MemlinerInProcess, "in-process"),
+        let tcp = med(&cell(rs, &w, &c, Mode::MemlinerTcp, 25), wall);
+        let inproc = med(&cell(rs, &w, &c, Mode::MemlinerInProcess, 25), wall);
+        for mode in [
+            Mode::MemlinerTcp,
+            Mode::MemlinerFabric,
+            Mode::Memliner,
+            Mode::MemlinerInProcess,
         ] {
             let m = cell(rs, &w, &c, mode, 25);
-            if m.is_empty()
-                || (mode == Mode::Memliner && cell(rs, &w, &c, Mode::MemlinerFabric, 25).is_empty())
-            {
+            if m.is_empty() || (mode == Mode::Memliner && tcp.is_nan()) {
                 continue;
             }
+            let name = match mode {
+                Mode::MemlinerTcp => "tcp".to_string(),
+                Mode::MemlinerFabric => "fabric".to_string(),
+                Mode::MemlinerInProcess => "in-process".to_string(),
+                _ => m
+                    .iter()
+                    .find_map(|r| {
+                        let store = &r.stats.as_ref()?.pager.as_ref()?.store;
+                        Some(store.split("://").next()?.to_string())
+                    })
+                    .map_or("default".into(), |s| format!("{s} (default)")),
+            };
             let p =
                 |f: fn(&PagerDoc) -> Option<f64>| med(&m, |r| r.stat(|d| f(d.pager.as_ref()?)));
+            let ratio = |base: f64| {
+                if mode == Mode::MemlinerTcp || mode == Mode::MemlinerInProcess {
+                    String::new()
+                } else {
+                    fmt(med(&m, wall) / base, 2)
+                }
+            };
+            let server_s = med(&m, |r| r.server_cpu_ms.map(|v| v / 1e3));
+            let read = p(|p| Some(p.remote.pages_read as f64));
             let _ = writeln!(
                 md,
-                "| {w} | {c} | {name} | {} | {} | {} | {} / {} | {} | {} |",
+                "| {w} | {c} | {name} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
                 fmt(med(&m, wall) / n, 2),
-                if mode == Mode::MemlinerFabric {
-                    fmt(med(&m, wall) / tcp, 2)
-                } else {
-                    "".into()
-                },
+                ratio(tcp),
+                ratio(inproc),
                 fmt(med(&m, |r| r.stat(|d| Some(d.faults.remote as f64))), 0),
                 fmt(p(|p| p.latency.thread_remote.p50_us), 1),
                 fmt(p(|p| p.latency.thread_remote.p99_us), 0),
                 fmt(p(|p| Some(p.agent_cpu.total_s)), 2),
-                fmt(med(&m, |r| r.server_cpu_ms.map(|v| v / 1e3)), 2),
+                fmt(server_s, 2),
+                fmt(server_s * 1e6 / read, 2),
             );
         }
     }
@@ -1251,8 +1274,9 @@ mod tests {
         cfg.transports = true;
         let rs = vec![
             record(Mode::NoAgent, 100, 1000.0, None),
-            record(Mode::Memliner, 25, 6000.0, paged(1600, 0)),
+            record(Mode::MemlinerTcp, 25, 6000.0, paged(1600, 0)),
             record(Mode::MemlinerFabric, 25, 7500.0, paged(1500, 0)),
+            record(Mode::Memliner, 25, 2750.0, paged(1000, 0)),
             record(Mode::MemlinerInProcess, 25, 2500.0, paged(1000, 400)),
         ];
         let x = extras(vec![crate::bench::stores::StoreFigures {
@@ -1266,10 +1290,19 @@ mod tests {
         let md = markdown(&cfg, &rs, &x);
         assert!(md.contains("## Transports at 25% local"), "{md}");
         assert!(
-            md.contains("| graph | G1 | fabric | 7.50 | 1.25 | 1500 | 30.0 / 120 | 1.50 | 0.25 |"),
+            md.contains(
+                "| graph | G1 | fabric | 7.50 | 1.25 | 3.00 | 1500 | 30.0 / 120 | 1.50 | 0.25 |"
+            ),
             "{md}"
         );
-        assert!(md.contains("| graph | G1 | tcp | 6.00 |  | 1600 |"), "{md}");
+        assert!(
+            md.contains("| graph | G1 | tcp | 6.00 |  |  | 1600 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| graph | G1 | tcp (default) | 2.75 | 0.46 | 1.10 | 1000 |"),
+            "{md}"
+        );
         assert!(md.contains("| graph | G1 | in-process | 2.50 |"), "{md}");
         assert!(
             md.contains("| fabric (tcp provider) | 31.0 / 90 | 40.0 | 0.80 | 0.60 |"),

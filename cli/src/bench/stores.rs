@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use swap_backend::fabric::FabricStore;
+use swap_backend::memfile::MemfileStore;
 use swap_backend::{ClientOptions, LocalStore, PageStore, TcpStore, PAGE_SIZE};
 
 use super::median;
@@ -85,8 +86,9 @@ fn figures(
     })
 }
 
-/// The in-process store, TCP to the embedded server, and (where libfabric loads) one-sided
-/// reads through libfabric to it, `mib` MiB each, `reps` times.
+/// The in-process store, TCP to the embedded server, memory files of the embedded server
+/// (where the host hands them out), and (where libfabric loads) one-sided reads through
+/// libfabric to it, `mib` MiB each, `reps` times.
 pub fn measure(mib: usize, reps: usize) -> Result<Vec<StoreFigures>, String> {
     let options = || ClientOptions {
         namespace: "bench".into(),
@@ -100,15 +102,30 @@ pub fn measure(mib: usize, reps: usize) -> Result<Vec<StoreFigures>, String> {
         reps,
     )?];
     let server = embedded_server(Transport::Tcp)?;
-    let tcp = TcpStore::connect(&server.local_addr().to_string(), options())
+    let tcp = TcpStore::connect(&server.handle.local_addr().to_string(), options())
         .map_err(|e| e.to_string())?;
     out.push(figures("tcp".into(), &tcp, mib, reps)?);
     drop(tcp);
     server.stop();
+    match Transport::Auto.resolve() {
+        (Transport::Unix, _) => {
+            let server = embedded_server(Transport::Unix)?;
+            let url = server.url();
+            let unix = MemfileStore::connect(url.trim_start_matches("unix://"), options())
+                .map_err(|e| e.to_string())?;
+            out.push(figures("unix (memory files)".into(), &unix, mib, reps)?);
+            drop(unix);
+            server.stop();
+        }
+        (_, why) => eprintln!(
+            "memliner bench: no unix figures: {}",
+            why.unwrap_or_default()
+        ),
+    }
     match swap_backend::fabric_ffi::load() {
         Ok(_) => {
             let server = embedded_server(Transport::Fabric)?;
-            let fabric = FabricStore::connect(&server.local_addr().to_string(), options())
+            let fabric = FabricStore::connect(&server.handle.local_addr().to_string(), options())
                 .map_err(|e| e.to_string())?;
             let name = format!("fabric ({} provider)", fabric.provider());
             out.push(figures(name, &fabric, mib, reps)?);

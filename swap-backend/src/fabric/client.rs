@@ -12,17 +12,16 @@
 //! is an error, not stale data), and once the control channel is lost (the server then frees
 //! this client's slots) every request fails with that reason.
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufReader, BufWriter};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::fabric_ffi::{Channel, Domain, Fabric, FabricError, Info, Rma, FI_MR_LOCAL};
+use crate::one_sided::{Control, SlotTable};
 use crate::protocol::{
-    code, read_frame, AttachOk, ConnectData, Grant, Hello, Lane, Reply, Request, ServerStats,
-    MAX_BATCH, PAGE_SIZE,
+    code, AttachOk, ConnectData, Hello, Lane, Reply, Request, ServerStats, MAX_BATCH, PAGE_SIZE,
 };
 use crate::store::{thread_lane, ClientOptions, PageStore, StoreError};
 
@@ -37,77 +36,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The control channel: one request at a time, answered in order.
-struct Control {
-    reader: BufReader<TcpStream>,
-    writer: BufWriter<TcpStream>,
-    next_request: u64,
-    payload: Vec<u8>,
-}
-
-impl Control {
-    /// Sends `request` and hands its reply to `f`; a refusal comes back as `Err(Ok((code,
-    /// message)))`, a broken stream or a malformed reply as `Err(Err(text))`.
-    fn call<T>(
-        &mut self,
-        request: &Request<'_>,
-        f: impl FnOnce(Reply<'_>) -> Result<T, String>,
-    ) -> Result<T, Result<(u16, String), String>> {
-        let id = self.next_request;
-        self.next_request += 1;
-        request
-            .write_to(&mut self.writer, id)
-            .and_then(|()| self.writer.flush())
-            .map_err(|e| Err(e.to_string()))?;
-        let h = read_frame(&mut self.reader, &mut self.payload).map_err(|e| Err(e.to_string()))?;
-        if h.request != id {
-            return Err(Err(format!(
-                "reply for request {} to request {id}",
-                h.request
-            )));
-        }
-        match Reply::decode(h.op, &self.payload).map_err(Err)? {
-            Reply::Error { code, message } => Err(Ok((code, message))),
-            reply => f(reply).map_err(Err),
-        }
-    }
-}
-
-/// A grant this client holds, with how many of its slots hold pages or are lost to a failed
-/// write (it goes back to the server only when that is none).
-struct Held {
-    grant: Grant,
-    used: u64,
-}
-
-#[derive(Default)]
-struct Table {
-    /// Page -> slot.
-    slots: HashMap<u64, u64>,
-    /// Free slots, the next one to use last.
-    free: Vec<u64>,
-    /// By first slot.
-    grants: BTreeMap<u64, Held>,
-}
-
-impl Table {
-    fn grant_of(&mut self, s: u64) -> Option<&mut Held> {
-        self.grants
-            .range_mut(..=s)
-            .next_back()
-            .map(|(_, h)| h)
-            .filter(|h| h.grant.holds(s))
-    }
-}
-
 /// A [`PageStore`] on a memory server reached with one-sided RDMA (`fabric://`).
 pub struct FabricStore {
     name: String,
-    control: Mutex<Control>,
+    control: Mutex<Control<BufReader<TcpStream>, BufWriter<TcpStream>>>,
     lost: AtomicBool,
     attach: AttachOk,
     capacity_pages: u64,
-    table: Mutex<Table>,
+    table: Mutex<SlotTable<()>>,
     // Drop order: channels before the domain and the info they were opened from.
     channels: Vec<Mutex<Option<Channel>>>,
     register: bool,
@@ -140,12 +76,10 @@ impl FabricStore {
         stream.set_nodelay(true).map_err(io)?;
         // The control channel's waits are bounded as a TCP store's are.
         crate::tcp::bound_waits(&stream, options.deadline).map_err(io)?;
-        let mut control = Control {
-            reader: BufReader::new(stream.try_clone().map_err(io)?),
-            writer: BufWriter::new(stream),
-            next_request: 0,
-            payload: Vec::new(),
-        };
+        let mut control = Control::new(
+            BufReader::new(stream.try_clone().map_err(io)?),
+            BufWriter::new(stream),
+        );
         let refused = |r: Result<(u16, String), String>| match r {
             Ok((code, message)) => StoreError::Refused {
                 store: name.clone(),
@@ -201,7 +135,7 @@ impl FabricStore {
             deadline: options.deadline,
             attach,
             capacity_pages,
-            table: Mutex::new(Table::default()),
+            table: Mutex::new(SlotTable::new(ALLOC_CHUNK, KEEP_FREE)),
             channels: (0..options.connections.max(1) + 2)
                 .map(|_| Mutex::new(None))
                 .collect(),
@@ -295,8 +229,8 @@ impl FabricStore {
     }
 
     /// The remote address and key of slot `s`.
-    fn remote(&self, t: &mut Table, s: u64) -> Result<(u64, u64), StoreError> {
-        let g = t.grant_of(s).ok_or_else(|| StoreError::Protocol {
+    fn remote(&self, t: &SlotTable<()>, s: u64) -> Result<(u64, u64), StoreError> {
+        let g = t.held(s).ok_or_else(|| StoreError::Protocol {
             store: self.name.clone(),
             message: format!("slot {s} is in no grant this client holds"),
         })?;
@@ -308,10 +242,10 @@ impl FabricStore {
 
     /// The transfers for `slots` (in buffer order): neighbouring slots of one grant merge.
     fn plan(&self, slots: &[u64], write: bool) -> Result<Vec<Rma>, StoreError> {
-        let mut t = lock(&self.table);
+        let t = lock(&self.table);
         let mut ops: Vec<Rma> = Vec::new();
         for (i, &s) in slots.iter().enumerate() {
-            let (addr, key) = self.remote(&mut t, s)?;
+            let (addr, key) = self.remote(&t, s)?;
             if let Some(last) = ops.last_mut() {
                 if last.key == key
                     && last.addr + last.len as u64 == addr
@@ -365,29 +299,10 @@ impl FabricStore {
     /// more when the stock runs out).
     fn assign(&self, ids: &[u64]) -> Result<Vec<u64>, StoreError> {
         loop {
-            let mut t = lock(&self.table);
-            let new = ids.iter().filter(|id| !t.slots.contains_key(id)).count();
-            if t.free.len() >= new {
-                let t = &mut *t;
-                let mut out = Vec::with_capacity(ids.len());
-                for &id in ids {
-                    let s = match t.slots.get(&id) {
-                        Some(&s) => s,
-                        None => {
-                            let s = t.free.pop().expect("counted above");
-                            t.slots.insert(id, s);
-                            if let Some(g) = t.grant_of(s) {
-                                g.used += 1;
-                            }
-                            s
-                        }
-                    };
-                    out.push(s);
-                }
-                return Ok(out);
-            }
-            let missing = new - t.free.len();
-            drop(t);
+            let missing = match lock(&self.table).assign(ids) {
+                Ok(slots) => return Ok(slots),
+                Err(missing) => missing,
+            };
             self.refill(missing)?;
         }
     }
@@ -414,14 +329,9 @@ impl FabricStore {
                 },
             )?;
             let mut t = lock(&self.table);
-            let mut got = got;
-            // Taken from the end: lowest slots first, so that neighbouring pages get
-            // neighbouring slots and travel in one transfer.
-            got.sort_unstable_by_key(|g| std::cmp::Reverse(g.slot));
             for g in got {
                 left = left.saturating_sub(g.pages as usize);
-                t.free.extend((g.slot..g.slot + g.pages).rev());
-                t.grants.insert(g.slot, Held { grant: g, used: 0 });
+                t.add(g, ());
             }
         }
         Ok(())
@@ -430,32 +340,11 @@ impl FabricStore {
     /// Gives grants none of whose slots are used back to the server, while more than
     /// [`KEEP_FREE`] slots are free.
     fn trim(&self) -> Result<(), StoreError> {
-        let back: Vec<u64> = {
-            let mut t = lock(&self.table);
-            if t.free.len() <= KEEP_FREE + ALLOC_CHUNK {
-                return Ok(());
-            }
-            let mut excess = t.free.len() - KEEP_FREE;
-            let mut back = Vec::new();
-            for (&first, h) in &t.grants {
-                if excess == 0 {
-                    break;
-                }
-                if h.used == 0 {
-                    back.push(first);
-                    excess = excess.saturating_sub(h.grant.pages as usize);
-                }
-            }
-            if back.is_empty() {
-                return Ok(());
-            }
-            let gone: Vec<Grant> = back
-                .iter()
-                .map(|f| t.grants.remove(f).unwrap().grant)
-                .collect();
-            t.free.retain(|&s| !gone.iter().any(|g| g.holds(s)));
-            back
-        };
+        let back: Vec<u64> = lock(&self.table)
+            .trim()
+            .iter()
+            .map(|h| h.grant.slot)
+            .collect();
         for chunk in back.chunks(MAX_BATCH) {
             self.control(
                 &Request::Release {
@@ -478,7 +367,7 @@ impl PageStore for FabricStore {
             let t = lock(&self.table);
             ids.iter()
                 .map(|id| {
-                    t.slots.get(id).copied().ok_or_else(|| StoreError::Refused {
+                    t.slot(*id).ok_or_else(|| StoreError::Refused {
                         store: self.name.clone(),
                         code: code::NOT_FOUND,
                         message: format!("page {id} is not stored there"),
@@ -517,26 +406,13 @@ impl PageStore for FabricStore {
             // What the slots hold is unknown now, and a write of the failed endpoint may still
             // land: forget the pages (a read of one is an error, never stale bytes) and leave
             // their slots unused until the session ends.
-            let mut t = lock(&self.table);
-            for id in ids {
-                t.slots.remove(id);
-            }
+            lock(&self.table).forget(ids);
         }
         result
     }
 
     fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
-        {
-            let mut t = lock(&self.table);
-            for id in ids {
-                if let Some(s) = t.slots.remove(id) {
-                    t.free.push(s);
-                    if let Some(g) = t.grant_of(s) {
-                        g.used -= 1;
-                    }
-                }
-            }
-        }
+        lock(&self.table).free(ids);
         self.trim()
     }
 
@@ -558,6 +434,7 @@ impl std::fmt::Debug for FabricStore {
 mod tests {
     use super::*;
     use crate::conformance::pattern;
+    use crate::protocol::Grant;
     use crate::server::{self, ServerConfig};
 
     fn pair() -> Option<(crate::server::ServerHandle, FabricStore)> {
@@ -602,10 +479,10 @@ mod tests {
 
     /// Where page `id` of `c` lives: its slot's address and key, and its grant.
     fn where_is(c: &FabricStore, id: u64) -> (u64, u64, Grant) {
-        let mut t = lock(&c.table);
-        let slot = t.slots[&id];
-        let (addr, key) = c.remote(&mut t, slot).unwrap();
-        (addr, key, t.grant_of(slot).unwrap().grant)
+        let t = lock(&c.table);
+        let slot = t.slot(id).unwrap();
+        let (addr, key) = c.remote(&t, slot).unwrap();
+        (addr, key, t.held(slot).unwrap().grant)
     }
 
     #[test]
@@ -629,8 +506,7 @@ mod tests {
         // b aims at a's page with every key it has: its keys open its own grants only, so it
         // reads its own bytes or nothing, never a's; and a key next to a's is no key.
         for k in lock(&b.table)
-            .grants
-            .values()
+            .grants()
             .map(|h| h.grant.key)
             .collect::<Vec<_>>()
         {
@@ -652,17 +528,21 @@ mod tests {
         let ids: Vec<u64> = (0..(KEEP_FREE + 3 * ALLOC_CHUNK) as u64).collect();
         let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 3)).collect();
         c.write_pages(&ids, &data).unwrap();
-        let before: Vec<Grant> = lock(&c.table).grants.values().map(|h| h.grant).collect();
+        let before: Vec<Grant> = lock(&c.table).grants().map(|h| h.grant).collect();
         for g in &before {
             raw_read(&c, g.addr, g.key).expect("a held grant reads");
         }
         c.free_pages(&ids).unwrap();
         // Beyond KEEP_FREE free slots, whole grants went back: their keys open nothing.
         let t = lock(&c.table);
-        assert!(t.free.len() <= KEEP_FREE + ALLOC_CHUNK, "{}", t.free.len());
+        assert!(
+            t.free_slots() <= KEEP_FREE + ALLOC_CHUNK,
+            "{}",
+            t.free_slots()
+        );
         let gone: Vec<Grant> = before
             .into_iter()
-            .filter(|g| !t.grants.contains_key(&g.slot))
+            .filter(|g| t.held(g.slot).is_none())
             .collect();
         drop(t);
         assert!(gone.len() >= 2, "{gone:?}");
@@ -681,7 +561,8 @@ mod tests {
         raw_read(&c, addr, key).expect("the right key reads");
         let err = raw_read(&c, addr, key ^ 0x5a5a).unwrap_err();
         assert!(err.to_string().contains("fabric://"), "{err}");
-        let past = addr + (grant.slot + grant.pages - lock(&c.table).slots[&7]) * PAGE_SIZE as u64;
+        let past =
+            addr + (grant.slot + grant.pages - lock(&c.table).slot(7).unwrap()) * PAGE_SIZE as u64;
         let err = raw_read(&c, past, key).unwrap_err();
         assert!(err.to_string().contains("fabric://"), "{err}");
         // The failed channels were dropped; the next request connects a new one.
@@ -717,7 +598,7 @@ mod tests {
         let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 0)).collect();
         c.write_pages(&ids, &data).unwrap();
         let t = lock(&c.table);
-        let slot = |id: u64| t.slots[&id];
+        let slot = |id: u64| t.slot(id).unwrap();
         let slots = [slot(10), slot(11), slot(12), slot(40), slot(41)];
         assert_eq!(slots[1], slots[0] + 1, "free slots are taken in order");
         drop(t);

@@ -1,0 +1,278 @@
+//! What the two one-sided clients share, `fabric://` (grants are registered memory with a key)
+//! and `unix://` (grants are memory files): the control channel, and the page -> slot table.
+//! The server hands out slots in grants and never learns page ids; the client keeps which slot
+//! holds which page, a stock of free slots, and gives whole grants back once none of their
+//! slots is used.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+
+use crate::protocol::{read_frame, Grant, Reply, Request};
+
+/// What a broken control channel says: the server's end closing, in words.
+fn closed(e: &std::io::Error) -> String {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        UnexpectedEof | ConnectionReset | BrokenPipe => {
+            format!("the server closed the connection ({e})")
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// The control channel: one request at a time, answered in order.
+#[derive(Debug)]
+pub struct Control<R, W> {
+    pub reader: R,
+    pub writer: W,
+    next_request: u64,
+    payload: Vec<u8>,
+}
+
+impl<R: Read, W: Write> Control<R, W> {
+    pub fn new(reader: R, writer: W) -> Self {
+        Control {
+            reader,
+            writer,
+            next_request: 0,
+            payload: Vec::new(),
+        }
+    }
+
+    /// Sends `request` and hands its reply to `f`; a refusal comes back as `Err(Ok((code,
+    /// message)))`, a broken stream or a malformed reply as `Err(Err(text))`.
+    pub fn call<T>(
+        &mut self,
+        request: &Request<'_>,
+        f: impl FnOnce(Reply<'_>) -> Result<T, String>,
+    ) -> Result<T, Result<(u16, String), String>> {
+        let id = self.next_request;
+        self.next_request += 1;
+        request
+            .write_to(&mut self.writer, id)
+            .and_then(|()| self.writer.flush())
+            .map_err(|e| Err(closed(&e)))?;
+        let h = read_frame(&mut self.reader, &mut self.payload).map_err(|e| match e {
+            crate::protocol::FrameError::Io(e) => Err(closed(&e)),
+            e => Err(e.to_string()),
+        })?;
+        if h.request != id {
+            return Err(Err(format!(
+                "reply for request {} to request {id}",
+                h.request
+            )));
+        }
+        match Reply::decode(h.op, &self.payload).map_err(Err)? {
+            Reply::Error { code, message } => Err(Ok((code, message))),
+            reply => f(reply).map_err(Err),
+        }
+    }
+}
+
+/// A grant this client holds, with how many of its slots hold pages or are lost to a failed
+/// write (it goes back to the server only when that is none), and what the transport keeps
+/// with it (`T`: a mapping, or nothing).
+#[derive(Debug)]
+pub struct Held<T> {
+    pub grant: Grant,
+    pub used: u64,
+    pub data: T,
+}
+
+/// Page -> slot, free slots and held grants.
+#[derive(Debug)]
+pub struct SlotTable<T> {
+    /// Page -> slot.
+    slots: HashMap<u64, u64>,
+    /// Free slots, the next one to use last.
+    free: Vec<u64>,
+    /// By first slot.
+    grants: BTreeMap<u64, Held<T>>,
+    /// Free slots kept for later writes before whole grants go back.
+    keep_free: usize,
+    /// Pages a grant is asked for with (the slack a trim leaves above `keep_free`).
+    chunk: usize,
+}
+
+impl<T> SlotTable<T> {
+    pub fn new(chunk: usize, keep_free: usize) -> Self {
+        SlotTable {
+            slots: HashMap::new(),
+            free: Vec::new(),
+            grants: BTreeMap::new(),
+            keep_free,
+            chunk,
+        }
+    }
+
+    /// The slot holding page `id`.
+    pub fn slot(&self, id: u64) -> Option<u64> {
+        self.slots.get(&id).copied()
+    }
+
+    /// The grant slot `s` belongs to.
+    pub fn held(&self, s: u64) -> Option<&Held<T>> {
+        self.grants
+            .range(..=s)
+            .next_back()
+            .map(|(_, h)| h)
+            .filter(|h| h.grant.holds(s))
+    }
+
+    fn held_mut(&mut self, s: u64) -> Option<&mut Held<T>> {
+        self.grants
+            .range_mut(..=s)
+            .next_back()
+            .map(|(_, h)| h)
+            .filter(|h| h.grant.holds(s))
+    }
+
+    /// Every grant held, by first slot.
+    pub fn grants(&self) -> impl Iterator<Item = &Held<T>> {
+        self.grants.values()
+    }
+
+    /// Free slots in stock.
+    pub fn free_slots(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Slots for `ids`, taking free ones for pages not yet stored; or, when the stock is
+    /// short, how many more free slots are needed (nothing taken then).
+    pub fn assign(&mut self, ids: &[u64]) -> Result<Vec<u64>, usize> {
+        let new = ids.iter().filter(|id| !self.slots.contains_key(id)).count();
+        if self.free.len() < new {
+            return Err(new - self.free.len());
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let s = match self.slots.get(&id) {
+                Some(&s) => s,
+                None => {
+                    let s = self.free.pop().expect("counted above");
+                    self.slots.insert(id, s);
+                    if let Some(g) = self.held_mut(s) {
+                        g.used += 1;
+                    }
+                    s
+                }
+            };
+            out.push(s);
+        }
+        Ok(out)
+    }
+
+    /// Takes a new grant's slots into the stock, lowest slot used first, so that
+    /// neighbouring pages get neighbouring slots.
+    pub fn add(&mut self, grant: Grant, data: T) {
+        // Kept in descending order overall: a later, higher grant goes under the rest.
+        let mut fresh: Vec<u64> = (grant.slot..grant.slot + grant.pages).rev().collect();
+        fresh.append(&mut self.free);
+        self.free = fresh;
+        self.free.sort_unstable_by(|a, b| b.cmp(a));
+        self.grants.insert(
+            grant.slot,
+            Held {
+                grant,
+                used: 0,
+                data,
+            },
+        );
+    }
+
+    /// Forgets pages whose write failed: what their slots hold is unknown (a read of one is
+    /// an error, never stale bytes), and the slots stay used until the session ends.
+    pub fn forget(&mut self, ids: &[u64]) {
+        for id in ids {
+            self.slots.remove(id);
+        }
+    }
+
+    /// Frees the slots of `ids` (a missing id is not an error).
+    pub fn free(&mut self, ids: &[u64]) {
+        for id in ids {
+            if let Some(s) = self.slots.remove(id) {
+                self.free.push(s);
+                if let Some(g) = self.held_mut(s) {
+                    g.used -= 1;
+                }
+            }
+        }
+    }
+
+    /// Takes out the grants to give back: whole grants none of whose slots are used, while
+    /// more than `keep_free` slots are free.
+    pub fn trim(&mut self) -> Vec<Held<T>> {
+        if self.free.len() <= self.keep_free + self.chunk {
+            return Vec::new();
+        }
+        let mut excess = self.free.len() - self.keep_free;
+        let mut back = Vec::new();
+        for (&first, h) in &self.grants {
+            if excess == 0 {
+                break;
+            }
+            if h.used == 0 {
+                back.push(first);
+                excess = excess.saturating_sub(h.grant.pages as usize);
+            }
+        }
+        let gone: Vec<Held<T>> = back
+            .iter()
+            .map(|f| self.grants.remove(f).expect("listed above"))
+            .collect();
+        self.free
+            .retain(|&s| !gone.iter().any(|g| g.grant.holds(s)));
+        gone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(slot: u64, pages: u64) -> Grant {
+        Grant {
+            slot,
+            pages,
+            addr: 0,
+            key: slot,
+        }
+    }
+
+    #[test]
+    fn slots_come_lowest_first_and_grants_go_back_whole_once_unused() {
+        let mut t: SlotTable<()> = SlotTable::new(4, 2);
+        assert_eq!(t.assign(&[1, 2]), Err(2), "an empty stock asks for two");
+        t.add(grant(8, 4), ());
+        t.add(grant(0, 4), ());
+        assert_eq!(t.assign(&[1, 2, 3]).unwrap(), vec![0, 1, 2]);
+        assert_eq!(
+            t.assign(&[2]).unwrap(),
+            vec![1],
+            "a stored page keeps its slot"
+        );
+        assert_eq!(t.held(9).map(|h| h.grant.slot), Some(8));
+        assert!(t.held(5).is_none(), "slot 5 is in no grant");
+        t.add(grant(16, 4), ());
+        // 9 free: above keep_free + chunk, and grants 8 and 16 are unused.
+        let back: Vec<u64> = t.trim().iter().map(|h| h.grant.slot).collect();
+        assert_eq!(back, vec![8, 16]);
+        assert_eq!(t.free_slots(), 1);
+        t.free(&[1, 2, 3, 99]);
+        assert_eq!(t.grants().next().unwrap().used, 0);
+        assert!(t.trim().is_empty(), "4 free is not above 2 + 4");
+    }
+
+    #[test]
+    fn a_forgotten_page_keeps_its_grant_from_going_back() {
+        let mut t: SlotTable<()> = SlotTable::new(1, 0);
+        t.add(grant(0, 2), ());
+        t.add(grant(2, 2), ());
+        t.assign(&[7]).unwrap();
+        t.forget(&[7]);
+        assert_eq!(t.slot(7), None);
+        let back: Vec<u64> = t.trim().iter().map(|h| h.grant.slot).collect();
+        assert_eq!(back, vec![2], "the grant with the lost slot stays");
+    }
+}
