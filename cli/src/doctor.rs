@@ -98,6 +98,7 @@ pub fn run(java: &Path, servers: &[ServerUrl]) -> Report {
         libraries: rdma_stack::libraries(),
         devices: rdma_stack::devices(Path::new("/sys/class/infiniband")),
     };
+    checks.push(memfile_check());
     checks.extend(rdma_checks(&rdma));
     for s in servers {
         checks.push(server(s));
@@ -284,6 +285,24 @@ fn heap_discovery(java: &Path, agent: &Path) -> Check {
     }
 }
 
+/// Whether this host can hand out memory files (`unix://`, the embedded server's default).
+fn memfile_check() -> Check {
+    match swap_backend::memfile::available() {
+        Ok(()) => check(
+            "memory files",
+            Status::Ok,
+            "sealed memfd available: unix:// serves JVMs on this host one-sidedly (memliner run's embedded server uses it)",
+            None,
+        ),
+        Err(why) => check(
+            "memory files",
+            Status::Warn,
+            format!("{why}: memliner run's embedded server falls back to loopback TCP"),
+            Some("allow memfd_create and F_ADD_SEALS (a seccomp profile or sandbox refuses them)"),
+        ),
+    }
+}
+
 fn rdma_checks(rdma: &Rdma) -> Vec<Check> {
     let libs: Vec<String> = rdma
         .libraries
@@ -345,6 +364,26 @@ fn rdma_checks(rdma: &Rdma) -> Vec<Check> {
                 Some("libfabric 1.17 or later"),
             ),
         });
+        // Reliable-datagram endpoints: shm on one host, efa on AWS, verbs through ofi_rxm.
+        if let Ok(p) = swap_backend::fabric_ffi::load().and_then(|l| {
+            l.providers(
+                swap_backend::fabric_ffi::FI_RMA,
+                swap_backend::fabric_ffi::EpType::Rdm,
+            )
+        }) {
+            let mut names: Vec<String> = p.iter().map(|p| p.provider.clone()).collect();
+            names.sort();
+            names.dedup();
+            out.push(check(
+                "libfabric RDM providers",
+                Status::Ok,
+                format!(
+                    "one-sided on reliable-datagram endpoints (FI_RMA, FI_EP_RDM): {}; not used yet (fabric:// opens FI_EP_MSG endpoints; one host: unix://)",
+                    if names.is_empty() { "none".into() } else { names.join(", ") }
+                ),
+                None,
+            ));
+        }
     }
     out.push(match &rdma.devices {
         None => check(

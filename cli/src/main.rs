@@ -197,8 +197,9 @@ enum Cmd {
         /// approximate an RDMA fabric.
         #[arg(long, value_name = "DURATION")]
         emulate_latency: Option<String>,
-        /// Compare the transports: memliner at 25% over tcp, over one-sided fabric://
-        /// (libfabric; its tcp provider without an RDMA NIC) and in-process, for every Java
+        /// Compare the transports: memliner at 25% over tcp and one-sided fabric:// (libfabric;
+        /// its tcp provider without an RDMA NIC) beside the memliner cell (the default:
+        /// unix:// memory files where the host has them) and in-process, for every Java
         /// workload and collector, and each transport's store alone.
         #[arg(long)]
         transports: bool,

@@ -568,8 +568,9 @@ fn no_rdma_library_is_linked() {
 }
 
 /// `memliner doctor --json`: every check named with a status, the JDK's heap found with the
-/// agent, a live server reached (over tcp://, and fabric:// where libfabric is installed, with
-/// a page written and read back one-sided) and a dead one failed with its fix (exit code 1).
+/// agent, live servers reached (over tcp://, unix:// and fabric:// where libfabric is
+/// installed, the one-sided ones with a page written and read back) and a dead one failed with
+/// its fix (exit code 1).
 #[test]
 fn doctor_checks_the_machine_the_jdk_and_the_servers() {
     let fabric = swap_backend::conformance::libfabric_or_skip("doctor's fabric:// check");
@@ -581,6 +582,12 @@ fn doctor_checks_the_machine_the_jdk_and_the_servers() {
         },
     )
     .unwrap();
+    let socket = std::env::temp_dir().join(format!("memliner-doctor-{}.sock", std::process::id()));
+    let files = swap_backend::server::spawn_unix(
+        &socket,
+        swap_backend::server::ServerConfig::with_capacity(64 << 20),
+    )
+    .unwrap();
     let dead = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -590,6 +597,7 @@ fn doctor_checks_the_machine_the_jdk_and_the_servers() {
         .args(["doctor", "--json", "--java"])
         .arg(java())
         .args(["--server", &format!("tcp://{}", live.local_addr())])
+        .args(["--server", &files.url()])
         .args(["--server", &format!("127.0.0.1:{dead}")])
         .args(
             fabric
@@ -651,6 +659,23 @@ fn doctor_checks_the_machine_the_jdk_and_the_servers() {
             "{one_sided}"
         );
     }
+    let in_files = get(&format!("server {}", files.url()));
+    assert_eq!(in_files["status"], "ok", "{in_files}");
+    assert!(
+        in_files["detail"]
+            .as_str()
+            .unwrap()
+            .contains("one-sided write and read of a page in a memory file: ok"),
+        "{in_files}"
+    );
+    assert_eq!(get("memory files")["status"], "ok");
+    if fabric {
+        let rdm = get("libfabric RDM providers");
+        assert!(
+            rdm["detail"].as_str().unwrap().contains("FI_EP_RDM"),
+            "{rdm}"
+        );
+    }
     let bad = get(&format!("server tcp://127.0.0.1:{dead}"));
     assert_eq!(bad["status"], "fail");
     assert!(bad["detail"].as_str().unwrap().contains("refused"), "{bad}");
@@ -658,6 +683,7 @@ fn doctor_checks_the_machine_the_jdk_and_the_servers() {
     assert_eq!(r["rdma"]["libraries"].as_array().unwrap().len(), 3);
     assert!(["ok", "warn"].contains(&get("rdma devices")["status"].as_str().unwrap()));
     live.stop();
+    files.stop();
 }
 
 /// Server addresses are URLs on both sides: the server says where it listens as one, a client
