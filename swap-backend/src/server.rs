@@ -407,13 +407,21 @@ pub fn spawn_unix(path: &Path, config: ServerConfig) -> std::io::Result<ServerHa
         ));
     }
     crate::memfile::available().map_err(std::io::Error::other)?;
-    if path.exists() {
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !m.file_type().is_socket() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
         if UnixStream::connect(path).is_ok() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AddrInUse,
                 format!("a server already listens at {}", path.display()),
             ));
         }
+        // A socket nobody answers on: left by a server that is gone.
         std::fs::remove_file(path)?;
     }
     let listener = UnixListener::bind(path)?;

@@ -118,6 +118,12 @@ fn a_second_server_on_a_live_socket_is_refused_and_a_stale_one_replaced() {
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
     assert!(stale.exists());
     conformance::write_then_read_back(&client(&start_at(&stale, 512), "x"));
+    // A file that is not a socket is never removed.
+    let file = socket_path();
+    std::fs::write(&file, b"keep me").unwrap();
+    let err = server::spawn_unix(&file, config(16)).unwrap_err().to_string();
+    assert!(err.contains("exists and is not a socket"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
 }
 
 #[test]
@@ -324,4 +330,33 @@ fn replicated_memory_file_pages_survive_a_restart_then_a_loss() {
             seen(&hb);
         },
     );
+}
+
+#[test]
+fn a_namespace_stops_at_its_quota_with_a_clear_error() {
+    let s = server::spawn_unix(
+        &socket_path(),
+        ServerConfig {
+            quota_pages: Some(512),
+            ..config(4096)
+        },
+    )
+    .unwrap();
+    let c = client(&s, "q");
+    let ids: Vec<u64> = (0..640).collect();
+    let data: Vec<u8> = ids.iter().flat_map(|&i| pattern(i, 1)).collect();
+    let err = ids
+        .chunks(64)
+        .zip(data.chunks(64 * PAGE_SIZE))
+        .find_map(|(i, d)| c.write_pages(i, d).err())
+        .expect("640 pages fit a quota of 512")
+        .to_string();
+    assert!(
+        err.contains("quota of 512 pages") && err.contains(&s.url()),
+        "{err}"
+    );
+    // What was stored before the refusal reads back.
+    let mut out = vec![0u8; PAGE_SIZE];
+    c.read_pages(&[511], &mut out).unwrap();
+    assert_eq!(out, pattern(511, 1));
 }

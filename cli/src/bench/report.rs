@@ -164,7 +164,9 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
          cgroup v1 limit that leaves the JVM the same heap memory as the agent's budget). \
          Both policies replace pages with the kernel's active and inactive lists and \
          working-set detection (`reclaim=lru`) and drop the collector's dead space after \
-         every collection. Local % is of the heap; memory servers are embedded, on loopback.\n"
+         every collection. Local % is of the heap; memory servers are embedded (`unix://` \
+         memory files the JVM reads and writes itself where the host has them, else loopback \
+         TCP; the `memliner` rows of the transports section say which).\n"
     );
     if let Some(why) = &x.kernel_skipped {
         let _ = writeln!(md, "Kernel baseline skipped: {why}.\n");
