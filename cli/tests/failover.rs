@@ -837,20 +837,40 @@ fn a_server_whose_link_goes_down_is_lost_at_the_deadline_and_the_run_finishes_on
 fn a_single_unix_server_killed_stops_the_jvm_naming_the_page_and_the_server() {
     let mut server = Server::start_unix();
     let what = "kv with its only server (unix://) killed (SIGKILL) mid-run";
+    let (fatal, _) = fatal_after(&mut server, what, |_| {}, Server::kill_nine);
+    assert!(
+        fatal.contains("closed this client's session") || fatal.contains("control channel lost"),
+        "{fatal}"
+    );
+    eprintln!("{what}: {fatal}");
+}
+
+/// kv at 25% local with `server` its only server (options changed as `f` says), `cut` done
+/// to the server once the JVM depends on it: the JVM's FATAL line, which names a heap page and
+/// the server (exit code 70), and how long after the cut the JVM ended.
+fn fatal_after(
+    server: &mut Server,
+    what: &str,
+    f: impl FnOnce(&mut memliner_agent::options::Options),
+    cut: impl FnOnce(&mut Server),
+) -> (String, Duration) {
     let cfg = RunConfig::default()
         .local(25)
         .servers(&server.url())
-        .unwrap();
+        .unwrap()
+        .with(f);
     let jvm = std::thread::spawn(move || launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap());
     while server.pages() == 0 && !jvm.is_finished() {
         std::thread::yield_now();
     }
     assert!(
         !jvm.is_finished(),
-        "{what}: the JVM finished before the kill"
+        "{what}: the JVM finished before the cut"
     );
-    server.kill_nine();
+    cut(server);
+    let at = Instant::now();
     let out = jvm.join().unwrap();
+    let took = at.elapsed();
     assert_eq!(
         out.status.code(),
         Some(70),
@@ -861,15 +881,13 @@ fn a_single_unix_server_killed_stops_the_jvm_naming_the_page_and_the_server() {
         .stderr
         .lines()
         .find(|l| l.contains("memliner: FATAL"))
-        .unwrap_or_else(|| panic!("{what}: no FATAL line\nstderr: {}", out.stderr));
+        .unwrap_or_else(|| panic!("{what}: no FATAL line\nstderr: {}", out.stderr))
+        .to_string();
     assert!(
-        fatal.contains("heap page")
-            && fatal.contains(&server.url())
-            && (fatal.contains("closed this client's session")
-                || fatal.contains("control channel lost")),
+        fatal.contains("heap page") && fatal.contains(&server.url()),
         "{fatal}"
     );
-    eprintln!("{what}: {fatal}");
+    (fatal, took)
 }
 
 #[test]
@@ -886,44 +904,20 @@ fn a_single_silent_fabric_server_stops_the_jvm_naming_the_page_and_the_server() 
 
 /// `server` stopped (SIGSTOP) under a JVM that keeps its pages there alone: the JVM ends at
 /// the deadline with the FATAL line naming a page and the server.
-fn single_silent_server(server: Server) {
+fn single_silent_server(mut server: Server) {
     let what = format!(
         "kv with its only server ({}) stopped (SIGSTOP) mid-run",
         server.scheme
     );
-    let cfg = RunConfig::default()
-        .local(25)
-        .servers(&server.url())
-        .unwrap()
-        .with(|o| o.deadline = Some(Duration::from_millis(500)));
-    let jvm = std::thread::spawn(move || launch(&cfg, &command(Workload::Kv, "G1"), true).unwrap());
-    while server.pages() == 0 && !jvm.is_finished() {
-        std::thread::yield_now();
-    }
-    assert!(
-        !jvm.is_finished(),
-        "{what}: the JVM finished before the stop"
+    let (fatal, took) = fatal_after(
+        &mut server,
+        &what,
+        |o| o.deadline = Some(Duration::from_millis(500)),
+        |s| s.stop(),
     );
-    server.stop();
-    let stopped = Instant::now();
-    let out = jvm.join().unwrap();
-    let took = stopped.elapsed();
     server.cont();
-    assert_eq!(
-        out.status.code(),
-        Some(70),
-        "{what}\nstderr: {}",
-        out.stderr
-    );
-    let fatal = out
-        .stderr
-        .lines()
-        .find(|l| l.contains("memliner: FATAL"))
-        .unwrap_or_else(|| panic!("{what}: no FATAL line\nstderr: {}", out.stderr));
     assert!(
-        fatal.contains("heap page")
-            && fatal.contains(&server.url())
-            && fatal.contains("no answer within the 500ms deadline"),
+        fatal.contains("no answer within the 500ms deadline"),
         "{fatal}"
     );
     eprintln!(

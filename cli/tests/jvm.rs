@@ -373,8 +373,13 @@ fn fabric_cell(w: Workload, gc: &str, local: u32) {
     if !swap_backend::conformance::libfabric_or_skip("a fabric JVM cell") {
         return;
     }
+    cell_over(Transport::Fabric, w, gc, local);
+}
+
+/// The cell with the embedded server reached over `transport`.
+fn cell_over(transport: Transport, w: Workload, gc: &str, local: u32) {
     let cfg = RunConfig {
-        transport: Transport::Fabric,
+        transport,
         ..RunConfig::default()
     };
     cell_with(w, gc, local, cfg);
@@ -389,11 +394,7 @@ cells!(fabric_cell {
 /// The cell over two-sided TCP to the embedded server (the default is `unix://` memory files
 /// where the host has them): the path a server on another machine is reached by.
 fn tcp_cell(w: Workload, gc: &str, local: u32) {
-    let cfg = RunConfig {
-        transport: Transport::Tcp,
-        ..RunConfig::default()
-    };
-    cell_with(w, gc, local, cfg);
+    cell_over(Transport::Tcp, w, gc, local);
 }
 
 cells!(tcp_cell {

@@ -114,6 +114,24 @@ pub fn server_restart_serves_no_stale_bytes(store: &dyn PageStore, restart: impl
     }
 }
 
+/// Pages spread over two servers of `scheme` (`a` and `b`, one copy each) pass the whole
+/// suite, and neighbouring runs of pages land on different servers.
+pub fn striped_over_two_conform(a: Box<dyn PageStore>, b: Box<dyn PageStore>, scheme: &str) {
+    let striped = crate::replica::ReplicatedStore::new(
+        vec![
+            crate::replica::Member::connected(a),
+            crate::replica::Member::connected(b),
+        ],
+        1,
+    )
+    .unwrap();
+    run_all(&striped);
+    assert!(striped
+        .describe_page(0)
+        .starts_with(&format!("{scheme}://")));
+    assert_ne!(striped.describe_page(0), striped.describe_page(64));
+}
+
 /// A member of a replicated store that (re)connects to `addr` with `connect`, in a namespace
 /// of its own each time (`replicated.N` for incarnation N).
 pub fn reconnecting<S: PageStore + 'static>(

@@ -7,7 +7,31 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 
-use crate::protocol::{read_frame, Grant, Reply, Request};
+use crate::protocol::{read_frame, AttachOk, Grant, Hello, Lane, Reply, Request, PAGE_SIZE};
+use crate::store::{ClientOptions, StoreError};
+
+/// A failed control call as the store's error: a refusal stays one; a broken or malformed
+/// channel calls `lost` (the session, and the pages, are gone with it).
+pub fn call_error(
+    store: &str,
+    e: Result<(u16, String), String>,
+    lost: impl FnOnce(),
+) -> StoreError {
+    match e {
+        Ok((code, message)) => StoreError::Refused {
+            store: store.to_string(),
+            code,
+            message,
+        },
+        Err(m) => {
+            lost();
+            StoreError::Io {
+                store: store.to_string(),
+                error: std::io::Error::other(format!("control channel lost: {m}")),
+            }
+        }
+    }
+}
 
 /// What a broken control channel says: the server's end closing, in words.
 fn closed(e: &std::io::Error) -> String {
@@ -17,6 +41,23 @@ fn closed(e: &std::io::Error) -> String {
             format!("the server closed the connection ({e})")
         }
         _ => e.to_string(),
+    }
+}
+
+/// The requests that give back the grants starting at `firsts`, a frame's worth each.
+pub fn releases(firsts: &[u64]) -> impl Iterator<Item = Request<'_>> {
+    firsts
+        .chunks(crate::protocol::MAX_BATCH)
+        .map(|chunk| Request::Release {
+            grants: chunk.into(),
+        })
+}
+
+/// Checks a release's reply.
+pub fn release_ok(r: Reply<'_>) -> Result<(), String> {
+    match r {
+        Reply::ReleaseOk => Ok(()),
+        other => Err(format!("unexpected {:?} in reply to release", other.op())),
     }
 }
 
@@ -37,6 +78,49 @@ impl<R: Read, W: Write> Control<R, W> {
             next_request: 0,
             payload: Vec::new(),
         }
+    }
+
+    /// Says hello as `options` say and attaches for one-sided access: the server's capacity in
+    /// pages, and its attach reply. `store` names the server in errors.
+    pub fn open_session(
+        &mut self,
+        store: &str,
+        options: &ClientOptions,
+    ) -> Result<(u64, AttachOk), StoreError> {
+        let refused = |r: Result<(u16, String), String>| match r {
+            Ok((code, message)) => StoreError::Refused {
+                store: store.to_string(),
+                code,
+                message,
+            },
+            Err(message) => StoreError::Protocol {
+                store: store.to_string(),
+                message,
+            },
+        };
+        let hello = Request::Hello(Hello {
+            token: options.token.clone(),
+            namespace: options.namespace.clone(),
+            lane: Lane::Demand,
+            key: None,
+        });
+        let capacity_pages = self
+            .call(&hello, |r| match r {
+                Reply::HelloOk(ok) if ok.page_size as usize == PAGE_SIZE => Ok(ok.capacity_pages),
+                Reply::HelloOk(ok) => Err(format!(
+                    "server pages are {} bytes, this client's are {PAGE_SIZE}",
+                    ok.page_size
+                )),
+                other => Err(format!("unexpected {:?} in reply to hello", other.op())),
+            })
+            .map_err(refused)?;
+        let attach = self
+            .call(&Request::Attach, |r| match r {
+                Reply::AttachOk(a) => Ok(a),
+                other => Err(format!("unexpected {:?} in reply to attach", other.op())),
+            })
+            .map_err(refused)?;
+        Ok((capacity_pages, attach))
     }
 
     /// Sends `request` and hands its reply to `f`; a refusal comes back as `Err(Ok((code,

@@ -7,7 +7,7 @@
 use swap_backend::conformance::{self, MIN_CAPACITY_PAGES};
 use swap_backend::fabric::FabricStore;
 use swap_backend::server::{self, ServerConfig, ServerHandle};
-use swap_backend::{ClientOptions, Member, PageStore, ReplicatedStore, PAGE_SIZE};
+use swap_backend::{ClientOptions, PageStore, ReplicatedStore, PAGE_SIZE};
 
 fn config(capacity_pages: u64) -> ServerConfig {
     ServerConfig {
@@ -145,17 +145,11 @@ fn pages_striped_over_two_one_sided_servers_conform() {
     let (Some(a), Some(b)) = (start(MIN_CAPACITY_PAGES), start(MIN_CAPACITY_PAGES)) else {
         return;
     };
-    let striped = ReplicatedStore::new(
-        vec![
-            Member::connected(Box::new(client(&a, "x"))),
-            Member::connected(Box::new(client(&b, "x"))),
-        ],
-        1,
-    )
-    .unwrap();
-    conformance::run_all(&striped);
-    assert!(striped.describe_page(0).starts_with("fabric://"));
-    assert_ne!(striped.describe_page(0), striped.describe_page(64));
+    conformance::striped_over_two_conform(
+        Box::new(client(&a, "x")),
+        Box::new(client(&b, "x")),
+        "fabric",
+    );
 }
 
 #[test]

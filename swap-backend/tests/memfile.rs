@@ -121,7 +121,9 @@ fn a_second_server_on_a_live_socket_is_refused_and_a_stale_one_replaced() {
     // A file that is not a socket is never removed.
     let file = socket_path();
     std::fs::write(&file, b"keep me").unwrap();
-    let err = server::spawn_unix(&file, config(16)).unwrap_err().to_string();
+    let err = server::spawn_unix(&file, config(16))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("exists and is not a socket"), "{err}");
     assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
 }
@@ -272,17 +274,11 @@ fn a_released_grant_is_emptied_and_every_client_gets_files_of_its_own() {
 #[test]
 fn pages_striped_over_two_memory_file_servers_conform() {
     let (a, b) = (start(MIN_CAPACITY_PAGES), start(MIN_CAPACITY_PAGES));
-    let striped = ReplicatedStore::new(
-        vec![
-            Member::connected(Box::new(client(&a, "x"))),
-            Member::connected(Box::new(client(&b, "x"))),
-        ],
-        1,
-    )
-    .unwrap();
-    conformance::run_all(&striped);
-    assert!(striped.describe_page(0).starts_with("unix:///"));
-    assert_ne!(striped.describe_page(0), striped.describe_page(64));
+    conformance::striped_over_two_conform(
+        Box::new(client(&a, "x")),
+        Box::new(client(&b, "x")),
+        "unix",
+    );
 }
 
 /// A member that (re)connects to the server at `path`, in a namespace of its own each time,

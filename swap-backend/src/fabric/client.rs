@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::fabric_ffi::{Channel, Domain, Fabric, FabricError, Info, Rma, FI_MR_LOCAL};
-use crate::one_sided::{Control, SlotTable};
+use crate::one_sided::{call_error, release_ok, releases, Control, SlotTable};
 use crate::protocol::{
-    code, AttachOk, ConnectData, Hello, Lane, Reply, Request, ServerStats, MAX_BATCH, PAGE_SIZE,
+    code, AttachOk, ConnectData, Lane, Reply, Request, ServerStats, MAX_BATCH, PAGE_SIZE,
 };
 use crate::store::{thread_lane, ClientOptions, PageStore, StoreError};
 
@@ -62,10 +62,6 @@ impl FabricStore {
             store: name.clone(),
             error,
         };
-        let protocol = |message: String| StoreError::Protocol {
-            store: name.clone(),
-            message,
-        };
         let addr = authority
             .to_socket_addrs()
             .map_err(io)?
@@ -80,36 +76,7 @@ impl FabricStore {
             BufReader::new(stream.try_clone().map_err(io)?),
             BufWriter::new(stream),
         );
-        let refused = |r: Result<(u16, String), String>| match r {
-            Ok((code, message)) => StoreError::Refused {
-                store: name.clone(),
-                code,
-                message,
-            },
-            Err(m) => protocol(m),
-        };
-        let hello = Request::Hello(Hello {
-            token: options.token.clone(),
-            namespace: options.namespace.clone(),
-            lane: Lane::Demand,
-            key: None,
-        });
-        let capacity_pages = control
-            .call(&hello, |r| match r {
-                Reply::HelloOk(ok) if ok.page_size as usize == PAGE_SIZE => Ok(ok.capacity_pages),
-                Reply::HelloOk(ok) => Err(format!(
-                    "server pages are {} bytes, this client's are {PAGE_SIZE}",
-                    ok.page_size
-                )),
-                other => Err(format!("unexpected {:?} in reply to hello", other.op())),
-            })
-            .map_err(refused)?;
-        let attach = control
-            .call(&Request::Attach, |r| match r {
-                Reply::AttachOk(a) => Ok(a),
-                other => Err(format!("unexpected {:?} in reply to attach", other.op())),
-            })
-            .map_err(refused)?;
+        let (capacity_pages, attach) = control.open_session(&name, &options)?;
         let host = authority
             .rsplit_once(':')
             .map_or(authority, |(h, _)| h)
@@ -197,18 +164,9 @@ impl FabricStore {
         f: impl FnOnce(Reply<'_>) -> Result<T, String>,
     ) -> Result<T, StoreError> {
         self.check_alive()?;
-        match lock(&self.control).call(request, f) {
-            Ok(t) => Ok(t),
-            Err(Ok((code, message))) => Err(StoreError::Refused {
-                store: self.name.clone(),
-                code,
-                message,
-            }),
-            Err(Err(m)) => {
-                self.lost.store(true, Ordering::SeqCst);
-                Err(self.io(format!("control channel lost: {m}")))
-            }
-        }
+        lock(&self.control)
+            .call(request, f)
+            .map_err(|e| call_error(&self.name, e, || self.lost.store(true, Ordering::SeqCst)))
     }
 
     fn check_alive(&self) -> Result<(), StoreError> {
@@ -345,16 +303,8 @@ impl FabricStore {
             .iter()
             .map(|h| h.grant.slot)
             .collect();
-        for chunk in back.chunks(MAX_BATCH) {
-            self.control(
-                &Request::Release {
-                    grants: chunk.into(),
-                },
-                |r| match r {
-                    Reply::ReleaseOk => Ok(()),
-                    other => Err(format!("unexpected {:?} in reply to release", other.op())),
-                },
-            )?;
+        for r in releases(&back) {
+            self.control(&r, release_ok)?;
         }
         Ok(())
     }

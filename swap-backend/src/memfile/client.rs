@@ -8,8 +8,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::sys::{self, FdReader, Mapping};
-use crate::one_sided::{Control, SlotTable};
-use crate::protocol::{code, Hello, Lane, Reply, Request, ServerStats, PAGE_SIZE};
+use crate::one_sided::{call_error, release_ok, releases, Control, SlotTable};
+use crate::protocol::{code, Reply, Request, ServerStats, PAGE_SIZE};
 use crate::store::{ClientOptions, PageStore, StoreError};
 
 /// The smallest grant asked for (1 MiB): a small heap reserves little on the server.
@@ -98,43 +98,16 @@ impl MemfileStore {
             FdReader::new(socket.try_clone().map_err(io)?),
             BufWriter::new(socket.try_clone().map_err(io)?),
         );
-        let refused = |r: Result<(u16, String), String>| match r {
-            Ok((code, message)) => StoreError::Refused {
-                store: name.clone(),
-                code,
-                message,
-            },
-            Err(message) => StoreError::Protocol {
-                store: name.clone(),
-                message,
-            },
-        };
-        let hello = Request::Hello(Hello {
-            token: options.token.clone(),
-            namespace: options.namespace.clone(),
-            lane: Lane::Demand,
-            key: None,
-        });
-        let capacity_pages = control
-            .call(&hello, |r| match r {
-                Reply::HelloOk(ok) if ok.page_size as usize == PAGE_SIZE => Ok(ok.capacity_pages),
-                Reply::HelloOk(ok) => Err(format!(
-                    "server pages are {} bytes, this client's are {PAGE_SIZE}",
-                    ok.page_size
-                )),
-                other => Err(format!("unexpected {:?} in reply to hello", other.op())),
-            })
-            .map_err(refused)?;
-        control
-            .call(&Request::Attach, |r| match r {
-                Reply::AttachOk(a) if a.provider == super::PROVIDER => Ok(()),
-                Reply::AttachOk(a) => Err(format!(
+        let (capacity_pages, attach) = control.open_session(&name, &options)?;
+        if attach.provider != super::PROVIDER {
+            return Err(StoreError::Protocol {
+                store: name,
+                message: format!(
                     "the server attached this client to '{}', not to its memory files",
-                    a.provider
-                )),
-                other => Err(format!("unexpected {:?} in reply to attach", other.op())),
-            })
-            .map_err(refused)?;
+                    attach.provider
+                ),
+            });
+        }
         let lost = Hangup::default();
         let closing = Arc::new(AtomicBool::new(false));
         let watched = socket.try_clone().map_err(io)?;
@@ -211,18 +184,7 @@ impl MemfileStore {
             .call(request, f)
             .and_then(|t| then(t, &mut c.reader).map_err(Err));
         drop(c);
-        match result {
-            Ok(t) => Ok(t),
-            Err(Ok((code, message))) => Err(StoreError::Refused {
-                store: self.name.clone(),
-                code,
-                message,
-            }),
-            Err(Err(m)) => {
-                self.lost.set();
-                Err(self.io(format!("control channel lost: {m}")))
-            }
-        }
+        result.map_err(|e| call_error(&self.name, e, || self.lost.set()))
     }
 
     /// Server-side counters.
@@ -276,16 +238,8 @@ impl MemfileStore {
             .into_iter()
             .map(|h| h.grant.slot) // the mapping goes with `h`
             .collect();
-        for chunk in back.chunks(crate::protocol::MAX_BATCH) {
-            self.control(
-                &Request::Release {
-                    grants: chunk.into(),
-                },
-                |r| match r {
-                    Reply::ReleaseOk => Ok(()),
-                    other => Err(format!("unexpected {:?} in reply to release", other.op())),
-                },
-            )?;
+        for r in releases(&back) {
+            self.control(&r, release_ok)?;
         }
         Ok(())
     }
