@@ -256,6 +256,32 @@ impl Server {
         self.probe.pages()
     }
 
+    /// Empties the memory files the (`unix://`) server has handed out, as a broken server
+    /// could, through its own descriptors (`/proc/PID/fd/N`): all but the newest, which may be
+    /// on its way to the client (a client asks for a grant only once it mapped the last one).
+    /// Returns how many.
+    fn empty_memory_files(&mut self) -> usize {
+        use std::os::unix::fs::MetadataExt;
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", self.child.id())).unwrap();
+        let mut files: Vec<(u64, std::fs::File)> = fds
+            .flatten()
+            .filter(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|t| t.to_string_lossy().contains("memfd:memliner pages"))
+            })
+            .filter_map(|fd| {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(fd.path())
+                    .ok()?;
+                Some((f.metadata().ok()?.ino(), f))
+            })
+            .collect();
+        files.sort_by_key(|(ino, _)| *ino);
+        files.pop();
+        files.iter().filter(|(_, f)| f.set_len(0).is_ok()).count()
+    }
+
     fn kill_nine(&mut self) {
         self.child.kill().unwrap(); // SIGKILL
         self.child.wait().unwrap();
@@ -843,6 +869,38 @@ fn a_single_unix_server_killed_stops_the_jvm_naming_the_page_and_the_server() {
         "{fatal}"
     );
     eprintln!("{what}: {fatal}");
+}
+
+/// A server that empties the memory files under a running JVM (ours never does): the JVM
+/// stops with a FATAL line naming the server and the page, not a crash in the agent's copy
+/// (nor a silent death on one of the agent's threads). The newest file is left alone, as it
+/// may be on its way; should it have been an older one (inode numbers are only roughly in
+/// order), the client's size check stops the JVM instead, and the run is repeated.
+#[test]
+fn a_server_that_empties_its_memory_files_stops_the_jvm_naming_it() {
+    let what = "kv with its only server (unix://) emptying its memory files mid-run";
+    for attempt in 1..=3 {
+        let mut server = Server::start_unix();
+        let (fatal, _) = fatal_after(
+            &mut server,
+            what,
+            |_| {},
+            |s| {
+                // Two grants at least: one to empty, the newest left alone.
+                while s.pages() < 512 {
+                    std::thread::yield_now();
+                }
+                assert!(s.empty_memory_files() > 0, "no memory file to empty");
+            },
+        );
+        if fatal.contains("emptied a memory file this JVM still had pages in") {
+            eprintln!("{what} (run {attempt}): {fatal}");
+            return;
+        }
+        assert!(fatal.contains("holds 0 bytes, not the"), "{what}: {fatal}");
+        eprintln!("{what} (run {attempt}): a grant on its way was emptied: {fatal}");
+    }
+    panic!("{what}: no copy from an emptied file in 3 runs");
 }
 
 /// kv at 25% local with `server` its only server (options changed as `f` says), `cut` done

@@ -111,6 +111,10 @@ fn spawn(
         Role::Probe => ("memliner-probe".into(), "latency probe"),
     };
     os::spawn_blocking_signals(name, move || {
+        // A copy from a `unix://` server's memory file that the server emptied raises SIGBUS:
+        // blocked, it would kill the process without a word; unblocked, the agent's handler
+        // stops the JVM naming the server (the pager's threads never fault on the heap).
+        os::unblock_sigbus();
         p.ctx
             .threads
             .lock()

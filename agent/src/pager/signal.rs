@@ -66,6 +66,8 @@ static mut PREVIOUS: Option<libc::sigaction> = None;
 thread_local! {
     /// Set while this thread serves a fault: a fault inside the service is a bug.
     static SERVING: Cell<bool> = const { Cell::new(false) };
+    /// The heap address whose fault this thread serves (0: none), for messages.
+    static SERVED: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Installs the SIGBUS handler once per process (replacing, and chaining to, the current one),
@@ -225,7 +227,31 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
         }
         s.active.fetch_sub(1, Ordering::SeqCst);
     }
+    if let Some(server) = swap_backend::memfile::server_at(addr) {
+        emptied_under_us(server, addr);
+    }
     chain(sig, info, uc);
+}
+
+/// A copy from a `unix://` server's memory file faulted: the server emptied a file this JVM
+/// still has pages in. Those pages are gone; stop the JVM naming the server and the page.
+fn emptied_under_us(server: &str, addr: usize) {
+    let served = SERVED.with(|s| s.get());
+    let what = if served != 0 {
+        format!("serving heap page {:#x}", served & !(PAGE_SIZE - 1))
+    } else {
+        "reading or writing heap pages for the prefetcher or the reclaimer".to_string()
+    };
+    let msg = format!(
+        "memory server {server} emptied a memory file this JVM still had pages in (a copy at {addr:#x} faulted, {what}): those pages are gone"
+    );
+    for s in &REGISTRY {
+        let shared = s.shared.load(Ordering::SeqCst);
+        if !shared.is_null() {
+            // SAFETY: a registered pager's parts; the process stops here.
+            unsafe { &*shared }.ctx.die(&msg);
+        }
+    }
 }
 
 /// Serves one fault on this thread; returning retries the access.
@@ -237,6 +263,7 @@ fn serve(shared: &Parts, addr: usize, write: bool, present: bool) {
             "a heap access at {addr:#x} faulted while this thread was serving a fault"
         ));
     }
+    SERVED.with(|s| s.set(addr));
     let started = Instant::now();
     // A panic must not unwind out of a signal handler: stop the JVM naming it, as a crashed
     // handler thread does.
@@ -257,6 +284,7 @@ fn serve(shared: &Parts, addr: usize, write: bool, present: bool) {
     shared
         .ctx
         .note_signal_fault(started.elapsed().as_nanos() as u64);
+    SERVED.with(|s| s.set(0));
     SERVING.with(|s| s.set(false));
     if retry {
         // Another thread has the page in flight, or an unread event changes the mm (the

@@ -62,6 +62,8 @@ impl Hangup {
 /// A [`PageStore`] in memory files of a memory server on this host (`unix://PATH`).
 pub struct MemfileStore {
     name: String,
+    /// `name`, kept for the life of the process: a signal handler may name it (`server_at`).
+    named: &'static &'static str,
     control: Mutex<Control<FdReader, BufWriter<UnixStream>>>,
     /// Set by the watcher when the server closes the session (or by a failed control
     /// request): the pages are gone then.
@@ -123,7 +125,9 @@ impl MemfileStore {
                 }
             })
             .map_err(io)?;
+        let named: &'static &'static str = Box::leak(Box::new(&*name.clone().leak()));
         Ok(MemfileStore {
+            named,
             name,
             control: Mutex::new(control),
             lost,
@@ -220,7 +224,7 @@ impl MemfileStore {
                         .take_fd()
                         .ok_or("no memory file came with the grant")?;
                     // Mapped, the file needs no descriptor of ours.
-                    let m = Mapping::new(&fd, g.pages).map_err(|e| e.to_string())?;
+                    let m = Mapping::new(&fd, g.pages, self.named).map_err(|e| e.to_string())?;
                     Ok((g, m))
                 },
             )?;

@@ -15,7 +15,7 @@ mod sys;
 
 pub use client::{grant_pages, Hangup, MemfileStore, KEEP_FREE, MAX_GRANT, MIN_GRANT};
 pub use pool::FileGrants;
-pub use sys::{send_with_fds, FdReader};
+pub use sys::{send_with_fds, server_at, FdReader};
 
 /// What the server names the provider in its attach reply.
 pub const PROVIDER: &str = "memfile";

@@ -7,6 +7,7 @@ use std::io::{IoSlice, IoSliceMut, Read};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
@@ -123,11 +124,45 @@ pub fn wait_for_hangup(socket: &UnixStream) {
     }
 }
 
+/// Mappings a signal handler can look an address up in: a copy that faults in one means the
+/// server emptied a file this process still uses (ours never does; a broken or hostile one
+/// could), and the agent then stops the JVM naming the server instead of crashing in a copy.
+const GUARDED: usize = 1024;
+
+struct Guarded {
+    start: AtomicUsize,
+    end: AtomicUsize,
+    server: AtomicPtr<&'static str>,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const UNGUARDED: Guarded = Guarded {
+    start: AtomicUsize::new(0),
+    end: AtomicUsize::new(0),
+    server: AtomicPtr::new(std::ptr::null_mut()),
+};
+static GUARDS: [Guarded; GUARDED] = [UNGUARDED; GUARDED];
+
+/// The server whose memory file is mapped at `addr`, if one is: atomics only, safe to call
+/// from a signal handler.
+pub fn server_at(addr: usize) -> Option<&'static str> {
+    GUARDS.iter().find_map(|g| {
+        let end = g.end.load(Ordering::Acquire);
+        let start = g.start.load(Ordering::Acquire);
+        let server = g.server.load(Ordering::Acquire);
+        // SAFETY: `server` points to a leaked `&'static str` (see `Mapping::new`), set before
+        // `end` and cleared after it.
+        (addr >= start && addr < end && !server.is_null()).then(|| unsafe { *server })
+    })
+}
+
 /// A grant's memory file mapped into this process, unmapped on drop.
 #[derive(Debug)]
 pub struct Mapping {
     ptr: *mut u8,
     len: usize,
+    /// Its entry in `GUARDS`, if one was free.
+    guard: Option<usize>,
 }
 
 // SAFETY: the mapping is plain shared memory; callers copy disjoint pages in and out and order
@@ -138,8 +173,13 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// Maps all of `fd`, which must be `pages` pages long (a server that says otherwise is
-    /// refused: a short file would fault on the first access beyond its end).
-    pub fn new(fd: &OwnedFd, pages: u64) -> std::io::Result<Mapping> {
+    /// refused: a short file would fault on the first access beyond its end), as a file of
+    /// `server` (`unix:///…`, named if a copy from it ever faults).
+    pub fn new(
+        fd: &OwnedFd,
+        pages: u64,
+        server: &'static &'static str,
+    ) -> std::io::Result<Mapping> {
         let len = pages as usize * PAGE_SIZE;
         let actual = file_len(fd)?;
         if actual != len as u64 {
@@ -159,9 +199,21 @@ impl Mapping {
                 0,
             )?
         };
+        let start = ptr as usize;
+        let guard = GUARDS.iter().position(|g| {
+            g.start
+                .compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        });
+        if let Some(i) = guard {
+            let server: *const &'static str = server;
+            GUARDS[i].server.store(server.cast_mut(), Ordering::Release);
+            GUARDS[i].end.store(start + len, Ordering::Release);
+        }
         Ok(Mapping {
             ptr: ptr.cast(),
             len,
+            guard,
         })
     }
 
@@ -198,6 +250,13 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if let Some(i) = self.guard {
+            GUARDS[i].end.store(0, Ordering::Release);
+            GUARDS[i]
+                .server
+                .store(std::ptr::null_mut(), Ordering::Release);
+            GUARDS[i].start.store(0, Ordering::Release);
+        }
         // SAFETY: exactly the range `new` mapped; no copy is in flight (they borrow `self`).
         let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) };
     }
