@@ -44,6 +44,22 @@ fn closed(e: &std::io::Error) -> String {
     }
 }
 
+/// Slots for `ids` from `table`, asking `refill` for as many more free ones as are missing
+/// (without the table's lock held: it asks the server) until the stock suffices.
+pub fn assign<T, E>(
+    table: &std::sync::Mutex<SlotTable<T>>,
+    ids: &[u64],
+    mut refill: impl FnMut(usize) -> Result<(), E>,
+) -> Result<Vec<u64>, E> {
+    loop {
+        let missing = match table.lock().unwrap_or_else(|e| e.into_inner()).assign(ids) {
+            Ok(slots) => return Ok(slots),
+            Err(missing) => missing,
+        };
+        refill(missing)?;
+    }
+}
+
 /// The requests that give back the grants starting at `firsts`, a frame's worth each.
 pub fn releases(firsts: &[u64]) -> impl Iterator<Item = Request<'_>> {
     firsts

@@ -64,10 +64,9 @@ static REGISTERING: Mutex<()> = Mutex::new(());
 static mut PREVIOUS: Option<libc::sigaction> = None;
 
 thread_local! {
-    /// Set while this thread serves a fault: a fault inside the service is a bug.
-    static SERVING: Cell<bool> = const { Cell::new(false) };
-    /// The heap address whose fault this thread serves (0: none), for messages.
-    static SERVED: Cell<usize> = const { Cell::new(0) };
+    /// The heap address whose fault this thread serves (0: none): a fault inside the service
+    /// is a bug, and a copy that faults in a memory file names the page.
+    static SERVING: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Installs the SIGBUS handler once per process (replacing, and chaining to, the current one),
@@ -236,7 +235,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
 /// A copy from a `unix://` server's memory file faulted: the server emptied a file this JVM
 /// still has pages in. Those pages are gone; stop the JVM naming the server and the page.
 fn emptied_under_us(server: &str, addr: usize) {
-    let served = SERVED.with(|s| s.get());
+    let served = SERVING.with(|s| s.get());
     let what = if served != 0 {
         format!("serving heap page {:#x}", served & !(PAGE_SIZE - 1))
     } else {
@@ -258,12 +257,11 @@ fn emptied_under_us(server: &str, addr: usize) {
 fn serve(shared: &Parts, addr: usize, write: bool, present: bool) {
     // SAFETY: __errno_location returns this thread's errno slot.
     let errno = unsafe { *libc::__errno_location() };
-    if SERVING.with(|s| s.replace(true)) {
+    if SERVING.with(|s| s.replace(addr)) != 0 {
         shared.ctx.die(&format!(
             "a heap access at {addr:#x} faulted while this thread was serving a fault"
         ));
     }
-    SERVED.with(|s| s.set(addr));
     let started = Instant::now();
     // A panic must not unwind out of a signal handler: stop the JVM naming it, as a crashed
     // handler thread does.
@@ -284,8 +282,7 @@ fn serve(shared: &Parts, addr: usize, write: bool, present: bool) {
     shared
         .ctx
         .note_signal_fault(started.elapsed().as_nanos() as u64);
-    SERVED.with(|s| s.set(0));
-    SERVING.with(|s| s.set(false));
+    SERVING.with(|s| s.set(0));
     if retry {
         // Another thread has the page in flight, or an unread event changes the mm (the
         // handler thread reads it): let them finish before the access faults again.

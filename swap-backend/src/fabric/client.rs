@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::fabric_ffi::{Channel, Domain, Fabric, FabricError, Info, Rma, FI_MR_LOCAL};
-use crate::one_sided::{call_error, release_ok, releases, Control, SlotTable};
+use crate::one_sided::{assign, call_error, release_ok, releases, Control, SlotTable};
 use crate::protocol::{
     code, AttachOk, ConnectData, Lane, Reply, Request, ServerStats, MAX_BATCH, PAGE_SIZE,
 };
@@ -256,13 +256,7 @@ impl FabricStore {
     /// Slots for `ids`, taking free ones for pages not yet stored (and asking the server for
     /// more when the stock runs out).
     fn assign(&self, ids: &[u64]) -> Result<Vec<u64>, StoreError> {
-        loop {
-            let missing = match lock(&self.table).assign(ids) {
-                Ok(slots) => return Ok(slots),
-                Err(missing) => missing,
-            };
-            self.refill(missing)?;
-        }
+        assign(&self.table, ids, |missing| self.refill(missing))
     }
 
     /// Asks the server for at least `missing` more free slots.

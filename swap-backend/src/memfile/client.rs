@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::sys::{self, FdReader, Mapping};
-use crate::one_sided::{call_error, release_ok, releases, Control, SlotTable};
+use crate::one_sided::{assign, call_error, release_ok, releases, Control, SlotTable};
 use crate::protocol::{code, Reply, Request, ServerStats, PAGE_SIZE};
 use crate::store::{ClientOptions, PageStore, StoreError};
 
@@ -34,12 +34,13 @@ pub fn grant_pages(held: u64) -> u64 {
 /// before then are right (the memory stays until the client unmaps it); every request after
 /// fails, so that a replicated store fails over and a single server's pager stops the JVM.
 #[derive(Clone, Debug, Default)]
-pub struct Hangup(Arc<(AtomicBool, Mutex<bool>, Condvar)>);
+pub struct Hangup(Arc<(AtomicBool, Mutex<()>, Condvar)>);
 
 impl Hangup {
     fn set(&self) {
         self.0 .0.store(true, Ordering::Release);
-        *lock(&self.0 .1) = true;
+        // Taken so that a waiter between its check and its sleep cannot miss the notify.
+        drop(lock(&self.0 .1));
         self.0 .2.notify_all();
     }
 
@@ -50,12 +51,12 @@ impl Hangup {
 
     /// Waits until the server has hung up, at most `timeout`; `true` if it has.
     pub fn wait(&self, timeout: Duration) -> bool {
-        let (set, _) = self
+        let _ = self
             .0
              .2
-            .wait_timeout_while(lock(&self.0 .1), timeout, |set| !*set)
+            .wait_timeout_while(lock(&self.0 .1), timeout, |_| !self.is_set())
             .unwrap_or_else(|e| e.into_inner());
-        *set
+        self.is_set()
     }
 }
 
@@ -293,13 +294,7 @@ impl PageStore for MemfileStore {
     fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
         assert_eq!(data.len(), ids.len() * PAGE_SIZE);
         self.check_alive()?;
-        let slots = loop {
-            let missing = match lock(&self.table).assign(ids) {
-                Ok(slots) => break slots,
-                Err(missing) => missing,
-            };
-            self.refill(missing)?;
-        };
+        let slots = assign(&self.table, ids, |missing| self.refill(missing))?;
         for ((m, index), src) in self
             .locate(ids, Some(&slots))?
             .iter()
