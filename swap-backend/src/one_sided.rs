@@ -33,9 +33,11 @@ pub fn call_error(
     }
 }
 
-/// What a broken control channel says: the server's end closing, in words.
-fn closed(e: &std::io::Error) -> String {
+/// What a broken control channel says: the server's end closing, or no answer within
+/// `deadline`, in words.
+fn closed(e: std::io::Error, deadline: Option<std::time::Duration>) -> String {
     use std::io::ErrorKind::*;
+    let e = crate::tcp::name_timeout(e, deadline);
     match e.kind() {
         UnexpectedEof | ConnectionReset | BrokenPipe => {
             format!("the server closed the connection ({e})")
@@ -84,15 +86,19 @@ pub struct Control<R, W> {
     pub writer: W,
     next_request: u64,
     payload: Vec<u8>,
+    /// What bounds the channel's waits, to name a timeout as such.
+    deadline: Option<std::time::Duration>,
 }
 
 impl<R: Read, W: Write> Control<R, W> {
-    pub fn new(reader: R, writer: W) -> Self {
+    /// A channel over `reader` and `writer`, whose waits the caller bounded by `deadline`.
+    pub fn new(reader: R, writer: W, deadline: Option<std::time::Duration>) -> Self {
         Control {
             reader,
             writer,
             next_request: 0,
             payload: Vec::new(),
+            deadline,
         }
     }
 
@@ -151,9 +157,9 @@ impl<R: Read, W: Write> Control<R, W> {
         request
             .write_to(&mut self.writer, id)
             .and_then(|()| self.writer.flush())
-            .map_err(|e| Err(closed(&e)))?;
+            .map_err(|e| Err(closed(e, self.deadline)))?;
         let h = read_frame(&mut self.reader, &mut self.payload).map_err(|e| match e {
-            crate::protocol::FrameError::Io(e) => Err(closed(&e)),
+            crate::protocol::FrameError::Io(e) => Err(closed(e, self.deadline)),
             e => Err(e.to_string()),
         })?;
         if h.request != id {
@@ -338,6 +344,25 @@ mod tests {
             addr: 0,
             key: slot,
         }
+    }
+
+    #[test]
+    fn a_control_call_the_server_leaves_unanswered_names_the_deadline() {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let deadline = std::time::Duration::from_millis(50);
+        ours.set_read_timeout(Some(deadline)).unwrap();
+        let mut control = Control::new(ours.try_clone().unwrap(), ours, Some(deadline));
+        let e = control
+            .call(&Request::Attach, |_| Ok(()))
+            .expect_err("nothing answers");
+        assert_eq!(e, Err("no answer within the 50ms deadline".to_string()));
+        // The server's end closing is said as such.
+        drop(theirs);
+        let e = control.call(&Request::Attach, |_| Ok(())).unwrap_err();
+        assert!(
+            matches!(&e, Err(m) if m.starts_with("the server closed the connection")),
+            "{e:?}"
+        );
     }
 
     #[test]

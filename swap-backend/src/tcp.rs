@@ -57,19 +57,7 @@ impl TcpStore {
     }
 
     fn io(&self, error: std::io::Error) -> StoreError {
-        // A socket timeout (SO_RCVTIMEO, SO_SNDTIMEO) reads as EAGAIN: say what it means.
-        let error = match (error.kind(), self.options.deadline) {
-            (std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut, Some(d)) => {
-                std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!(
-                        "no answer within the {} deadline",
-                        crate::units::format_duration(d)
-                    ),
-                )
-            }
-            _ => error,
-        };
+        let error = name_timeout(error, self.options.deadline);
         StoreError::Io {
             store: self.describe(),
             error,
@@ -312,6 +300,23 @@ impl PageStore for TcpStore {
 
     fn describe(&self) -> String {
         format!("tcp://{}", self.addr)
+    }
+}
+
+/// `error` as the user should read it: a socket timeout (SO_RCVTIMEO, SO_SNDTIMEO) reads as
+/// EAGAIN, which says nothing; with a `deadline` set, it means the server did not answer in time.
+pub(crate) fn name_timeout(error: std::io::Error, deadline: Option<Duration>) -> std::io::Error {
+    match (error.kind(), deadline) {
+        (std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut, Some(d)) => {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no answer within the {} deadline",
+                    crate::units::format_duration(d)
+                ),
+            )
+        }
+        _ => error,
     }
 }
 

@@ -75,6 +75,7 @@ impl FabricStore {
         let mut control = Control::new(
             BufReader::new(stream.try_clone().map_err(io)?),
             BufWriter::new(stream),
+            options.deadline,
         );
         let (capacity_pages, attach) = control.open_session(&name, &options)?;
         let host = authority

@@ -100,6 +100,7 @@ impl MemfileStore {
         let mut control = Control::new(
             FdReader::new(socket.try_clone().map_err(io)?),
             BufWriter::new(socket.try_clone().map_err(io)?),
+            wait,
         );
         let (capacity_pages, attach) = control.open_session(&name, &options)?;
         if attach.provider != super::PROVIDER {
