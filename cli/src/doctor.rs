@@ -326,6 +326,17 @@ fn rdma_checks(rdma: &Rdma) -> Vec<Check> {
         ),
     )];
     if fabric {
+        let mut rdm: Vec<String> = swap_backend::fabric_ffi::load()
+            .and_then(|l| {
+                l.providers(
+                    swap_backend::fabric_ffi::FI_RMA,
+                    swap_backend::fabric_ffi::EpType::Rdm,
+                )
+            })
+            .map(|p| p.into_iter().map(|p| p.provider).collect())
+            .unwrap_or_default();
+        rdm.sort();
+        rdm.dedup();
         out.push(match swap_backend::fabric_ffi::load().and_then(|l| {
             l.providers(
                 swap_backend::fabric_ffi::FI_RMA | swap_backend::fabric_ffi::FI_MSG,
@@ -351,6 +362,16 @@ fn rdma_checks(rdma: &Rdma) -> Vec<Check> {
                     None,
                 )
             }
+            Ok(_) if std::env::var_os("FI_PROVIDER").is_some() && !rdm.is_empty() => check(
+                "libfabric providers",
+                Status::Ok,
+                format!(
+                    "none on connected endpoints (FI_EP_MSG) under FI_PROVIDER={}: fabric:// uses reliable-datagram endpoints ({})",
+                    std::env::var("FI_PROVIDER").unwrap_or_default(),
+                    rdm.join(", ")
+                ),
+                None,
+            ),
             Ok(_) => check(
                 "libfabric providers",
                 Status::Warn,
@@ -365,25 +386,15 @@ fn rdma_checks(rdma: &Rdma) -> Vec<Check> {
             ),
         });
         // Reliable-datagram endpoints: shm on one host, efa on AWS, verbs through ofi_rxm.
-        if let Ok(p) = swap_backend::fabric_ffi::load().and_then(|l| {
-            l.providers(
-                swap_backend::fabric_ffi::FI_RMA,
-                swap_backend::fabric_ffi::EpType::Rdm,
-            )
-        }) {
-            let mut names: Vec<String> = p.iter().map(|p| p.provider.clone()).collect();
-            names.sort();
-            names.dedup();
-            out.push(check(
-                "libfabric RDM providers",
-                Status::Ok,
-                format!(
-                    "one-sided on reliable-datagram endpoints (FI_RMA, FI_EP_RDM): {}; not used yet (fabric:// opens FI_EP_MSG endpoints; one host: unix://)",
-                    if names.is_empty() { "none".into() } else { names.join(", ") }
-                ),
-                None,
-            ));
-        }
+        out.push(check(
+            "libfabric RDM providers",
+            Status::Ok,
+            format!(
+                "one-sided on reliable-datagram endpoints (FI_RMA, FI_EP_RDM): {}; fabric:// uses one where FI_PROVIDER names it ('verbs;ofi_rxm', shm) or the host's device is AWS's (efa); on one host unix:// needs no server CPU per read, shm a polling server thread",
+                if rdm.is_empty() { "none".into() } else { rdm.join(", ") }
+            ),
+            None,
+        ));
     }
     out.push(match &rdma.devices {
         None => check(

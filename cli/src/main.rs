@@ -360,6 +360,7 @@ fn main() -> ExitCode {
                     hello_deadline,
                 },
                 metrics: metrics.clone(),
+                fabric_provider: None,
             };
             let spawned = match listen.scheme {
                 swap_backend::Scheme::Unix => {

@@ -212,7 +212,19 @@ impl Embedded {
 
 /// Starts an in-process memory server reached over `transport` (resolved: not `Auto`).
 pub fn embedded_server(transport: Transport) -> Result<Embedded, String> {
-    let config = ServerConfig {
+    let config = embedded_config(transport);
+    let fail = |e: std::io::Error| format!("cannot start the embedded memory server: {e}");
+    if transport != Transport::Unix {
+        return server::spawn("127.0.0.1:0", config)
+            .map(|handle| Embedded { handle, dir: None })
+            .map_err(fail);
+    }
+    embedded_unix(config)
+}
+
+/// What an embedded server reached over `transport` is configured with.
+pub fn embedded_config(transport: Transport) -> ServerConfig {
+    ServerConfig {
         // Bounded by this machine's memory, not by a setting: the demo server only ever
         // holds what one JVM's heap evicts. A one-sided pool is reserved (and, on an RDMA
         // NIC, pinned) whole: as large as the machine's memory.
@@ -228,13 +240,13 @@ pub fn embedded_server(transport: Transport) -> Result<Embedded, String> {
         quota_pages: None,
         limits: swap_backend::server::Limits::default(),
         metrics: None,
-    };
-    let fail = |e: std::io::Error| format!("cannot start the embedded memory server: {e}");
-    if transport != Transport::Unix {
-        return server::spawn("127.0.0.1:0", config)
-            .map(|handle| Embedded { handle, dir: None })
-            .map_err(fail);
+        fabric_provider: None,
     }
+}
+
+/// An embedded server in memory files, its socket in a private directory.
+fn embedded_unix(config: ServerConfig) -> Result<Embedded, String> {
+    let fail = |e: std::io::Error| format!("cannot start the embedded memory server: {e}");
     let dir = private_dir().map_err(fail)?;
     match server::spawn_unix(&dir.join("server.sock"), config) {
         Ok(handle) => Ok(Embedded {

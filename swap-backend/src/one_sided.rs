@@ -6,6 +6,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use crate::protocol::{read_frame, AttachOk, Grant, Hello, Lane, Reply, Request, PAGE_SIZE};
 use crate::store::{ClientOptions, StoreError};
@@ -43,6 +47,106 @@ fn closed(e: std::io::Error, deadline: Option<std::time::Duration>) -> String {
             format!("the server closed the connection ({e})")
         }
         _ => e.to_string(),
+    }
+}
+
+/// Whether the server hung up on a client: set by its [`Watcher`] (blocked in `poll` on the
+/// control socket, no CPU meanwhile) microseconds after the server's end closes, or by a failed
+/// control request. Every request after it fails, so that a replicated store fails over and a
+/// single server's pager stops the JVM; a transfer waiting on a server that will never answer
+/// gives up instead of waiting out its deadline.
+#[derive(Clone, Debug, Default)]
+pub struct Hangup(Arc<(AtomicBool, Mutex<()>, Condvar)>);
+
+impl Hangup {
+    pub(crate) fn set(&self) {
+        self.0 .0.store(true, Ordering::Release);
+        // Taken so that a waiter between its check and its sleep cannot miss the notify.
+        drop(self.0 .1.lock().unwrap_or_else(|e| e.into_inner()));
+        self.0 .2.notify_all();
+    }
+
+    /// Whether the server has hung up (one atomic load).
+    pub fn is_set(&self) -> bool {
+        self.0 .0.load(Ordering::Acquire)
+    }
+
+    /// Waits until the server has hung up, at most `timeout`; `true` if it has.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let guard = self.0 .1.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self
+            .0
+             .2
+            .wait_timeout_while(guard, timeout, |_| !self.is_set())
+            .unwrap_or_else(|e| e.into_inner());
+        self.is_set()
+    }
+}
+
+/// A thread blocked in `poll(POLLRDHUP)` on a control socket until the server's end closes,
+/// which then sets the [`Hangup`]; closing the watcher (or dropping it) shuts the socket down,
+/// which ends the session on the server, and joins the thread.
+#[derive(Debug)]
+pub struct Watcher {
+    hangup: Hangup,
+    closing: Arc<AtomicBool>,
+    socket: OwnedFd,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watcher {
+    /// Watches `socket` (a descriptor of the control channel's socket).
+    pub fn start(socket: OwnedFd) -> std::io::Result<Watcher> {
+        let hangup = Hangup::default();
+        let closing = Arc::new(AtomicBool::new(false));
+        let watched = socket.try_clone()?;
+        let (h, c) = (hangup.clone(), closing.clone());
+        let thread = std::thread::Builder::new()
+            .name("memliner-watch".into())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                wait_for_hangup(&watched);
+                if !c.load(Ordering::SeqCst) {
+                    h.set();
+                }
+            })?;
+        Ok(Watcher {
+            hangup,
+            closing,
+            socket,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn hangup(&self) -> &Hangup {
+        &self.hangup
+    }
+
+    /// Ends the session from this side (not a hang-up) and the thread.
+    pub fn close(&mut self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let _ = rustix::net::shutdown(&self.socket, rustix::net::Shutdown::Both);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Blocks until the peer of `socket` closes its end (or the socket is shut down here).
+fn wait_for_hangup(socket: &OwnedFd) {
+    use rustix::event::{PollFd, PollFlags};
+    loop {
+        let mut fds = [PollFd::new(socket, PollFlags::RDHUP)];
+        match rustix::event::poll(&mut fds, None) {
+            Err(rustix::io::Errno::INTR) => continue,
+            _ => return,
+        }
     }
 }
 

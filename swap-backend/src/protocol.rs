@@ -482,8 +482,13 @@ pub struct AttachOk {
     /// Sent with every data connection: the server accepts only its live clients' sessions
     /// and tears a session's endpoints down before its slots can go to anyone else.
     pub session: u64,
-    /// The provider the server listens with (`tcp`, `verbs`).
+    /// The provider the server listens with (`tcp`, `verbs`, `shm`, `verbs;ofi_rxm`).
     pub provider: String,
+    /// The server's endpoint name where it listens with reliable datagrams (`FI_EP_RDM`),
+    /// which the client inserts into its address vector; empty over connected endpoints
+    /// (`FI_EP_MSG`, reached at `port`). Sent only when not empty (a u16 length, then the
+    /// bytes), so clients from before it still read a connected server's reply.
+    pub endpoint: Vec<u8>,
 }
 
 impl AttachOk {
@@ -492,6 +497,11 @@ impl AttachOk {
         v.extend_from_slice(&self.port.to_le_bytes());
         v.extend_from_slice(&self.session.to_le_bytes());
         encode_str(&mut v, &self.provider);
+        if !self.endpoint.is_empty() {
+            let b = &self.endpoint[..self.endpoint.len().min(u16::MAX as usize)];
+            v.extend_from_slice(&(b.len() as u16).to_le_bytes());
+            v.extend_from_slice(b);
+        }
         v
     }
 
@@ -500,13 +510,25 @@ impl AttachOk {
         let port = u16::from_le_bytes(p.get(0..2).ok_or_else(short)?.try_into().unwrap());
         let session = u64::from_le_bytes(p.get(2..10).ok_or_else(short)?.try_into().unwrap());
         let (provider, rest) = decode_str(p.get(10..).ok_or_else(short)?)?;
-        if !rest.is_empty() {
-            return Err(format!("attach reply: {} bytes too many", rest.len()));
-        }
+        let endpoint = match rest {
+            [] => Vec::new(),
+            [a, b, name @ ..] if name.len() == u16::from_le_bytes([*a, *b]) as usize => {
+                name.to_vec()
+            }
+            [_, _, name @ ..] if !name.is_empty() => {
+                return Err(format!(
+                    "attach reply: an endpoint name of {} bytes where its length says {}",
+                    name.len(),
+                    u16::from_le_bytes([rest[0], rest[1]])
+                ))
+            }
+            _ => return Err(format!("attach reply: {} bytes too many", rest.len())),
+        };
         Ok(AttachOk {
             port,
             session,
             provider,
+            endpoint,
         })
     }
 }
@@ -866,6 +888,13 @@ mod tests {
                 port: 7071,
                 session: u64::MAX - 3,
                 provider: "tcp".into(),
+                endpoint: Vec::new(),
+            }),
+            Reply::AttachOk(AttachOk {
+                port: 0,
+                session: 5,
+                provider: "shm".into(),
+                endpoint: b"fi_shm://1234".to_vec(),
             }),
             Reply::AllocOk(vec![Grant {
                 slot: 256,
@@ -938,10 +967,22 @@ mod tests {
             port: 1,
             session: 2,
             provider: "tcp".into(),
+            endpoint: Vec::new(),
         }
         .encode();
         a.push(0);
         assert!(AttachOk::decode(&a).unwrap_err().contains("too many"));
+        let mut a = AttachOk {
+            port: 0,
+            session: 2,
+            provider: "shm".into(),
+            endpoint: vec![7; 9],
+        }
+        .encode();
+        a.pop();
+        assert!(AttachOk::decode(&a)
+            .unwrap_err()
+            .contains("name of 8 bytes where its length says 9"));
         let g = Grant {
             slot: 0,
             pages: 0,

@@ -47,6 +47,9 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// Where to serve the counters in the Prometheus text format (`GET /metrics`), if at all.
     pub metrics: Option<String>,
+    /// The libfabric provider a one-sided listener uses (`shm`, `tcp;ofi_rxm`); `None`:
+    /// `FI_PROVIDER`'s choice or this host's (see [`crate::fabric::provider_choice`]).
+    pub fabric_provider: Option<String>,
 }
 
 /// What one server and one client may take, so that a flood of connections cannot exhaust the
@@ -91,6 +94,7 @@ impl ServerConfig {
             quota_pages: None,
             limits: Limits::default(),
             metrics: None,
+            fabric_provider: None,
         }
     }
 }
@@ -386,6 +390,7 @@ pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle
                 &addr.ip().to_string(),
                 config.capacity_pages(),
                 config.verbose,
+                config.fabric_provider.as_deref(),
             )
             .map_err(std::io::Error::other)?,
         )
@@ -1130,6 +1135,7 @@ fn respond<'s, 'o>(
                     port: 0,
                     session: 0,
                     provider: crate::memfile::PROVIDER.into(),
+                    endpoint: Vec::new(),
                 };
                 (OneSided::Files(FileGrants::new(name)), ok)
             } else {

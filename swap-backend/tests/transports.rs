@@ -486,6 +486,7 @@ fn metrics_show_each_namespace_and_the_server() {
         "127.0.0.1:0",
         ServerConfig {
             metrics: Some("127.0.0.1:0".into()),
+            fabric_provider: None,
             ..ServerConfig::with_capacity(MIN_CAPACITY_PAGES * PAGE_SIZE as u64)
         },
     )

@@ -9,7 +9,7 @@ use swap_backend::memfile::MemfileStore;
 use swap_backend::{ClientOptions, LocalStore, PageStore, TcpStore, PAGE_SIZE};
 
 use super::median;
-use crate::run::{embedded_server, Transport};
+use crate::run::{embedded_config, embedded_server, Transport};
 
 /// One transport's figures (medians over the repetitions).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -122,17 +122,35 @@ pub fn measure(mib: usize, reps: usize) -> Result<Vec<StoreFigures>, String> {
             why.unwrap_or_default()
         ),
     }
-    match swap_backend::fabric_ffi::load() {
-        Ok(_) => {
-            let server = embedded_server(Transport::Fabric)?;
-            let fabric = FabricStore::connect(&server.handle.local_addr().to_string(), options())
-                .map_err(|e| e.to_string())?;
-            let name = format!("fabric ({} provider)", fabric.provider());
-            out.push(figures(name, &fabric, mib, reps)?);
-            drop(fabric);
-            server.stop();
-        }
-        Err(e) => eprintln!("memliner bench: no fabric figures: {e}"),
+    if let Err(e) = swap_backend::fabric_ffi::load() {
+        eprintln!("memliner bench: no fabric figures: {e}");
+        return Ok(out);
+    }
+    // The host's choice (connected endpoints), then, unless FI_PROVIDER narrows the choice,
+    // reliable datagrams on one host (shm) and over tcp through ofi_rxm, as efa and
+    // verbs;ofi_rxm are used.
+    let mut providers = vec![None];
+    if std::env::var_os("FI_PROVIDER").is_none() {
+        providers.extend([Some("shm"), Some("tcp;ofi_rxm")]);
+    }
+    for provider in providers {
+        let config = swap_backend::server::ServerConfig {
+            fabric_provider: provider.map(str::to_string),
+            ..embedded_config(Transport::Fabric)
+        };
+        let server = match swap_backend::server::spawn("127.0.0.1:0", config) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("memliner bench: no fabric figures over {provider:?}: {e}");
+                continue;
+            }
+        };
+        let fabric = FabricStore::connect(&server.local_addr().to_string(), options())
+            .map_err(|e| e.to_string())?;
+        let name = format!("fabric ({}, {})", fabric.provider(), fabric.endpoint_type());
+        out.push(figures(name, &fabric, mib, reps)?);
+        drop(fabric);
+        server.stop();
     }
     Ok(out)
 }

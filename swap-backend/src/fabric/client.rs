@@ -14,12 +14,15 @@
 
 use std::io::{BufReader, BufWriter};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::fabric_ffi::{Channel, Domain, Fabric, FabricError, Info, Rma, FI_MR_LOCAL};
-use crate::one_sided::{assign, call_error, release_ok, releases, Control, SlotTable};
+use crate::fabric_ffi::{
+    AddressVector, Channel, Domain, EpType, Fabric, FabricError, Info, Rma, FI_MR_LOCAL,
+};
+use crate::one_sided::{
+    assign, call_error, release_ok, releases, Control, Hangup, SlotTable, Watcher,
+};
 use crate::protocol::{
     code, AttachOk, ConnectData, Lane, Reply, Request, ServerStats, MAX_BATCH, PAGE_SIZE,
 };
@@ -36,11 +39,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// How data endpoints reach the server's pool.
+enum Route {
+    /// `FI_EP_MSG`: each endpoint connects, carrying the session.
+    Connect,
+    /// `FI_EP_RDM`: each endpoint posts to the server's endpoint, at `dest` in `av`.
+    Address { av: Arc<AddressVector>, dest: u64 },
+}
+
 /// A [`PageStore`] on a memory server reached with one-sided RDMA (`fabric://`).
 pub struct FabricStore {
     name: String,
     control: Mutex<Control<BufReader<TcpStream>, BufWriter<TcpStream>>>,
-    lost: AtomicBool,
+    /// Set when the control channel breaks or the server hangs up on it: the session, and
+    /// this client's pages there, are gone.
+    lost: Hangup,
+    _watcher: Watcher,
     attach: AttachOk,
     capacity_pages: u64,
     table: Mutex<SlotTable<()>>,
@@ -49,6 +63,7 @@ pub struct FabricStore {
     register: bool,
     /// The longest a transfer waits without a completion (`ClientOptions::deadline`).
     deadline: Option<Duration>,
+    route: Route,
     domain: Arc<Domain>,
     info: Info,
 }
@@ -72,6 +87,11 @@ impl FabricStore {
         stream.set_nodelay(true).map_err(io)?;
         // The control channel's waits are bounded as a TCP store's are.
         crate::tcp::bound_waits(&stream, options.deadline).map_err(io)?;
+        // The server's end closing is seen at once, not only by the next control request:
+        // a transfer to a server that is gone (over reliable datagrams, nothing else says so)
+        // gives up then instead of waiting out its deadline.
+        let watcher = Watcher::start(stream.try_clone().map_err(io)?.into()).map_err(io)?;
+        let lost = watcher.hangup().clone();
         let mut control = Control::new(
             BufReader::new(stream.try_clone().map_err(io)?),
             BufWriter::new(stream),
@@ -91,16 +111,32 @@ impl FabricStore {
             store: name.clone(),
             error: std::io::Error::other(format!("libfabric ({}): {e}", attach.provider)),
         };
-        let info =
-            Info::rma(host, &attach.port.to_string(), false, provider).map_err(fabric_err)?;
+        // The server's endpoints say which kind ours are: it names its own when it listens
+        // with reliable datagrams.
+        let info = if attach.endpoint.is_empty() {
+            let port = attach.port.to_string();
+            Info::rma(EpType::Msg, Some(host), Some(&port), false, provider)
+        } else {
+            super::rdm_info(host, false, provider)
+        }
+        .map_err(fabric_err)?;
         let fabric = Fabric::open(&info).map_err(fabric_err)?;
         let domain = Domain::open(&fabric, &info).map_err(fabric_err)?;
+        let route = if attach.endpoint.is_empty() {
+            Route::Connect
+        } else {
+            let av = AddressVector::open(&domain).map_err(fabric_err)?;
+            let dest = av.insert(&attach.endpoint).map_err(fabric_err)?;
+            Route::Address { av, dest }
+        };
         let store = FabricStore {
             name: name.clone(),
             control: Mutex::new(control),
-            lost: AtomicBool::new(false),
+            lost,
+            _watcher: watcher,
             register: info.mr_mode() & FI_MR_LOCAL != 0,
             deadline: options.deadline,
+            route,
             attach,
             capacity_pages,
             table: Mutex::new(SlotTable::new(ALLOC_CHUNK, KEEP_FREE)),
@@ -125,6 +161,14 @@ impl FabricStore {
         &self.attach.provider
     }
 
+    /// The endpoint type the data moves over: `FI_EP_MSG` (connected) or `FI_EP_RDM`.
+    pub fn endpoint_type(&self) -> &'static str {
+        match self.route {
+            Route::Connect => EpType::Msg.into(),
+            Route::Address { .. } => EpType::Rdm.into(),
+        }
+    }
+
     fn io(&self, error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
         StoreError::Io {
             store: self.name.clone(),
@@ -133,17 +177,29 @@ impl FabricStore {
     }
 
     fn open_channel(&self, index: usize) -> Result<Channel, StoreError> {
-        Channel::connect(
-            &self.domain,
-            &self.info,
-            &ConnectData {
-                session: self.attach.session,
-            }
-            .encode(),
-            CHANNEL_PAGES * PAGE_SIZE,
-            self.register,
-            index as u64 + 1,
-        )
+        let (buffer, key) = (CHANNEL_PAGES * PAGE_SIZE, index as u64 + 1);
+        match &self.route {
+            Route::Connect => Channel::connect(
+                &self.domain,
+                &self.info,
+                &ConnectData {
+                    session: self.attach.session,
+                }
+                .encode(),
+                buffer,
+                self.register,
+                key,
+            ),
+            Route::Address { av, dest } => Channel::addressed(
+                &self.domain,
+                &self.info,
+                av,
+                *dest,
+                buffer,
+                self.register,
+                key,
+            ),
+        }
         .map(|mut ch| {
             if let Some(d) = self.deadline {
                 ch.set_timeout(d);
@@ -167,11 +223,11 @@ impl FabricStore {
         self.check_alive()?;
         lock(&self.control)
             .call(request, f)
-            .map_err(|e| call_error(&self.name, e, || self.lost.store(true, Ordering::SeqCst)))
+            .map_err(|e| call_error(&self.name, e, || self.lost.set()))
     }
 
     fn check_alive(&self) -> Result<(), StoreError> {
-        if self.lost.load(Ordering::SeqCst) {
+        if self.lost.is_set() {
             return Err(self.io(
                 "the control channel to the server was lost, and with it this client's pages there",
             ));
@@ -326,7 +382,7 @@ impl PageStore for FabricStore {
         {
             let ops = self.plan(slots, false)?;
             self.with_channel(|ch| {
-                ch.transfer(&ops)?;
+                ch.transfer(&ops, || self.lost.is_set())?;
                 dst.copy_from_slice(&ch.buffer()[..dst.len()]);
                 Ok(())
             })?;
@@ -344,7 +400,7 @@ impl PageStore for FabricStore {
                 let ops = self.plan(slots, true)?;
                 self.with_channel(|ch| {
                     ch.buffer()[..src.len()].copy_from_slice(src);
-                    ch.transfer(&ops)
+                    ch.transfer(&ops, || self.lost.is_set())
                 })
             });
         if result.is_err() {
@@ -398,8 +454,13 @@ mod tests {
             },
         )
         .unwrap();
-        let c =
-            FabricStore::connect(&s.local_addr().to_string(), ClientOptions::default()).unwrap();
+        // A refused transfer ends at the deadline where the provider reports nothing (shm does
+        // not answer a read with a wrong key).
+        let options = ClientOptions {
+            deadline: Some(Duration::from_secs(2)),
+            ..Default::default()
+        };
+        let c = FabricStore::connect(&s.local_addr().to_string(), options).unwrap();
         Some((s, c))
     }
 
@@ -411,13 +472,16 @@ mod tests {
     /// One raw transfer of a page; returns what the channel's buffer holds after it.
     fn raw(c: &FabricStore, write: bool, addr: u64, key: u64) -> Result<Vec<u8>, StoreError> {
         c.with_channel(|ch| {
-            ch.transfer(&[Rma {
-                write,
-                offset: 0,
-                len: PAGE_SIZE,
-                addr,
-                key,
-            }])?;
+            ch.transfer(
+                &[Rma {
+                    write,
+                    offset: 0,
+                    len: PAGE_SIZE,
+                    addr,
+                    key,
+                }],
+                || false,
+            )?;
             Ok(ch.buffer()[..PAGE_SIZE].to_vec())
         })
     }
@@ -439,6 +503,7 @@ mod tests {
             &s.local_addr().to_string(),
             ClientOptions {
                 namespace: "other".into(),
+                deadline: Some(Duration::from_secs(2)),
                 ..Default::default()
             },
         )
@@ -521,6 +586,11 @@ mod tests {
         let Some((_s, c)) = pair() else {
             return;
         };
+        if !matches!(c.route, Route::Connect) {
+            // Reliable datagrams take no connections: the grant's key is the whole check
+            // (the tests above).
+            return;
+        }
         for session in [0u64, c.attach.session ^ 1] {
             let r = Channel::connect(
                 &c.domain,

@@ -8,16 +8,67 @@ pub use client::{FabricStore, ALLOC_CHUNK, CHANNEL_PAGES, KEEP_FREE};
 pub use target::Target;
 
 /// The provider to ask for: none when `FI_PROVIDER` is set (libfabric then filters by it, as
-/// every libfabric program does), else `verbs` on a host with an RDMA device and `tcp`
+/// every libfabric program does), else `efa` on a host whose RDMA devices are AWS's (named
+/// `efa_N`; reliable datagrams only), `verbs` on one with another RDMA device, and `tcp`
 /// elsewhere.
 pub fn provider_choice() -> Option<String> {
     if std::env::var_os("FI_PROVIDER").is_some() {
         return None;
     }
-    let has_device = std::fs::read_dir("/sys/class/infiniband")
-        .map(|mut d| d.next().is_some())
-        .unwrap_or(false);
-    Some(if has_device { "verbs" } else { "tcp" }.to_string())
+    let devices: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(
+        if devices.iter().any(|d| d.starts_with("efa")) {
+            "efa"
+        } else if !devices.is_empty() {
+            "verbs"
+        } else {
+            "tcp"
+        }
+        .to_string(),
+    )
+}
+
+/// What the server listens with on `host`: connected endpoints (`FI_EP_MSG`: tcp, verbs)
+/// where the provider offers them, else reliable datagrams (`FI_EP_RDM`: shm, efa, and the
+/// layered `verbs;ofi_rxm` or `tcp;ofi_rxm`, which `FI_PROVIDER` names to choose them). The
+/// error is the connected query's, which names the provider asked for.
+pub(crate) fn listen_info(
+    host: &str,
+    provider: Option<&str>,
+) -> Result<crate::fabric_ffi::Info, crate::fabric_ffi::FabricError> {
+    use crate::fabric_ffi::{EpType, Info};
+    Info::rma(EpType::Msg, Some(host), Some("0"), true, provider)
+        .or_else(|msg| rdm_info(host, true, provider).map_err(|_| msg))
+}
+
+/// Reliable-datagram endpoints: for a provider whose addresses are IP's (tcp;ofi_rxm, and
+/// verbs;ofi_rxm over IPoIB), at `host`'s interface (`source`: to listen there, any port);
+/// for one whose addresses are not (shm's are names; `host` would be read as a name server's
+/// address), wherever the provider puts them.
+pub(crate) fn rdm_info(
+    host: &str,
+    source: bool,
+    provider: Option<&str>,
+) -> Result<crate::fabric_ffi::Info, crate::fabric_ffi::FabricError> {
+    use crate::fabric_ffi::{EpType, Info};
+    let any = Info::rma(EpType::Rdm, None, None, false, provider)?;
+    if !any.ip_addresses() {
+        return Ok(any);
+    }
+    let service = source.then_some("0");
+    Info::rma(
+        EpType::Rdm,
+        Some(host),
+        service,
+        source,
+        any.provider().as_str().into(),
+    )
 }
 
 /// The message for a listener no provider can serve.

@@ -8,7 +8,11 @@
 //! - slots are handed out in *grants* (runs of up to 256 slots), each registered for its
 //!   client alone with a key of its own (random where the application chooses keys), so
 //!   another client's requests, whatever they name, find no region they may use;
-//! - a data connection is accepted only with the session its control channel was given;
+//! - over connected endpoints (`FI_EP_MSG`: tcp, verbs), a data connection is accepted only
+//!   with the session its control channel was given, and a session's endpoints close with it;
+//!   over reliable datagrams (`FI_EP_RDM`: shm, efa, `verbs;ofi_rxm`), where there are no
+//!   connections, one endpoint serves every client, and the grant's key is the whole of the
+//!   access check, as an rkey is on an RDMA NIC;
 //! - a grant given back, or a session whose control channel closed, has its registration
 //!   closed (the key revoked; a session's endpoints first) before its slots are zeroed and
 //!   handed to anyone else.
@@ -19,8 +23,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::fabric_ffi::{
-    Access, CompletionQueue, Domain, Endpoint, Event, EventQueue, Fabric, FabricError, Info,
-    MemoryRegion, PassiveEndpoint, FI_MR_PROV_KEY, FI_MR_VIRT_ADDR,
+    Access, AddressVector, CompletionQueue, Domain, Endpoint, EpType, Event, EventQueue, Fabric,
+    FabricError, Info, MemoryRegion, PassiveEndpoint, Peers, FI_MR_PROV_KEY, FI_MR_VIRT_ADDR,
 };
 use crate::memory::AnonMemory;
 use crate::protocol::{AttachOk, ConnectData, Grant, PAGE_SIZE};
@@ -52,10 +56,22 @@ struct Slots {
     free_pages: u64,
 }
 
+/// How clients' data endpoints reach the pool.
+enum Listener {
+    /// `FI_EP_MSG`: each client connects endpoints of its own, carrying its session.
+    Connections {
+        pep: PassiveEndpoint,
+        eq: Arc<EventQueue>,
+        port: u16,
+    },
+    /// `FI_EP_RDM`: one endpoint, which clients address by its name (held open: it is what
+    /// serves their reads and writes).
+    Datagrams { _ep: Endpoint, name: Vec<u8> },
+}
+
 /// The pool, the listener and the sessions.
 pub struct Target {
     provider: String,
-    port: u16,
     verbose: bool,
     /// `FI_MR_*` modes the provider asked for: virtual addresses, its own keys.
     mr_mode: i32,
@@ -70,8 +86,7 @@ pub struct Target {
     tids: Mutex<Vec<u32>>,
     // Drop order: the listener and queues, then (with the sessions) the regions, the pool, the
     // domain.
-    pep: PassiveEndpoint,
-    eq: Arc<EventQueue>,
+    listener: Listener,
     cq: Arc<CompletionQueue>,
     pool: Arc<AnonMemory>,
     domain: Arc<Domain>,
@@ -94,18 +109,39 @@ fn random_u64() -> u64 {
 }
 
 impl Target {
-    /// Registers a pool of `capacity_pages` and listens on `host` (any free port).
-    pub fn start(host: &str, capacity_pages: u64, verbose: bool) -> Result<Arc<Target>, String> {
-        let provider = super::provider_choice();
-        let info = Info::rma(host, "0", true, provider.as_deref())
+    /// Registers a pool of `capacity_pages` and listens on `host` (any free port) with
+    /// `provider` (`None`: [`super::provider_choice`]): over connected endpoints where the
+    /// provider has them, else over reliable datagrams (see [`super::listen_info`]).
+    pub fn start(
+        host: &str,
+        capacity_pages: u64,
+        verbose: bool,
+        provider: Option<&str>,
+    ) -> Result<Arc<Target>, String> {
+        let provider = provider.map(str::to_string).or_else(super::provider_choice);
+        let info = super::listen_info(host, provider.as_deref())
             .map_err(|e| super::no_provider(e, host, provider.as_deref()))?;
-        let err = |e: FabricError| format!("libfabric ({}) on {host}: {e}", info.provider());
+        let err = |e: FabricError| {
+            format!(
+                "libfabric ({}, {}) on {host}: {e}",
+                info.provider(),
+                <&str>::from(info.ep_type())
+            )
+        };
         let fabric = Fabric::open(&info).map_err(err)?;
         let domain = Domain::open(&fabric, &info).map_err(err)?;
-        let eq = EventQueue::open(&fabric).map_err(err)?;
         let cq = CompletionQueue::open(&domain, 1024).map_err(err)?;
-        let pep = PassiveEndpoint::listen(&fabric, &info, &eq).map_err(err)?;
-        let port = pep.port().map_err(err)?;
+        let listener = if info.ep_type() == EpType::Rdm {
+            let av = AddressVector::open(&domain).map_err(err)?;
+            let ep = Endpoint::open(&domain, &info, &Peers::Addressed(av), &cq).map_err(err)?;
+            let name = ep.name().map_err(err)?;
+            Listener::Datagrams { _ep: ep, name }
+        } else {
+            let eq = EventQueue::open(&fabric).map_err(err)?;
+            let pep = PassiveEndpoint::listen(&fabric, &info, &eq).map_err(err)?;
+            let port = pep.port().map_err(err)?;
+            Listener::Connections { pep, eq, port }
+        };
         let bytes = capacity_pages as usize * PAGE_SIZE;
         let pool = Arc::new(
             AnonMemory::new(bytes)
@@ -113,7 +149,6 @@ impl Target {
         );
         let target = Arc::new(Target {
             provider: info.provider(),
-            port,
             verbose,
             mr_mode: info.mr_mode(),
             key_bytes: info.mr_key_size().min(8),
@@ -123,8 +158,7 @@ impl Target {
             stopping: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             tids: Mutex::new(Vec::new()),
-            pep,
-            eq,
+            listener,
             cq,
             pool,
             domain,
@@ -136,12 +170,15 @@ impl Target {
                 .spawn(f)
                 .map_err(|e| format!("cannot start the {name} thread: {e}"))
         };
-        let cm = spawn("memliner-fabric-cm", Box::new(move || t1.accept_loop()))?;
         let progress = spawn(
             "memliner-fabric-progress",
             Box::new(move || t2.progress_loop()),
         )?;
-        lock(&target.threads).extend([cm, progress]);
+        lock(&target.threads).push(progress);
+        if matches!(target.listener, Listener::Connections { .. }) {
+            let cm = spawn("memliner-fabric-cm", Box::new(move || t1.accept_loop()))?;
+            lock(&target.threads).push(cm);
+        }
         Ok(target)
     }
 
@@ -149,8 +186,21 @@ impl Target {
         &self.provider
     }
 
+    /// The port data connections are accepted on (0 over reliable datagrams, which take no
+    /// connections).
     pub fn port(&self) -> u16 {
-        self.port
+        match self.listener {
+            Listener::Connections { port, .. } => port,
+            Listener::Datagrams { .. } => 0,
+        }
+    }
+
+    /// The endpoint type clients use: `FI_EP_MSG` or `FI_EP_RDM`.
+    pub fn ep_type(&self) -> &'static str {
+        match self.listener {
+            Listener::Connections { .. } => EpType::Msg.into(),
+            Listener::Datagrams { .. } => EpType::Rdm.into(),
+        }
     }
 
     /// A new session for a control channel.
@@ -164,9 +214,13 @@ impl Target {
         };
         sessions.insert(session, Session::default());
         AttachOk {
-            port: self.port,
+            port: self.port(),
             session,
             provider: self.provider.clone(),
+            endpoint: match &self.listener {
+                Listener::Connections { .. } => Vec::new(),
+                Listener::Datagrams { name, .. } => name.clone(),
+            },
         }
     }
 
@@ -321,8 +375,11 @@ impl Target {
     }
 
     fn accept_loop(&self) {
+        let Listener::Connections { eq, .. } = &self.listener else {
+            return;
+        };
         while !self.stopping.load(Ordering::SeqCst) {
-            match self.eq.wait(Duration::from_millis(200)) {
+            match eq.wait(Duration::from_millis(200)) {
                 Ok(Event::ConnectRequest { info, data }) => self.on_request(info, &data),
                 Ok(Event::Shutdown { endpoint }) => {
                     // The client closed this data endpoint: close ours.
@@ -341,11 +398,14 @@ impl Target {
     }
 
     fn on_request(&self, info: Info, data: &[u8]) {
+        let Listener::Connections { pep, eq, .. } = &self.listener else {
+            return;
+        };
         let session = match ConnectData::decode(data) {
             Ok(d) => d.session,
             Err(why) => {
                 eprintln!("memliner-server: refused a fabric connection: {why}");
-                self.pep.reject(&info);
+                pep.reject(&info);
                 return;
             }
         };
@@ -353,10 +413,11 @@ impl Target {
         let Some(s) = sessions.get_mut(&session).filter(|_| session != 0) else {
             drop(sessions);
             eprintln!("memliner-server: refused a fabric connection with no live session");
-            self.pep.reject(&info);
+            pep.reject(&info);
             return;
         };
-        let accepted = Endpoint::open(&self.domain, &info, &self.eq, &self.cq).and_then(|ep| {
+        let peers = Peers::Connected(eq.clone());
+        let accepted = Endpoint::open(&self.domain, &info, &peers, &self.cq).and_then(|ep| {
             ep.accept()?;
             Ok(ep)
         });
@@ -373,9 +434,21 @@ impl Target {
     /// pause. Spinning only after a request, as the TCP server does, would need to know a
     /// request was served; tcp grants FI_RMA_EVENT, but its counter of served operations
     /// never moved (1.17). On a NIC the server's CPU takes no part in one-sided operations.
+    ///
+    /// Over reliable datagrams it polls, sleeping 50 us between: shm's blocking read yields
+    /// without driving progress, and a read it does not progress never completes (see
+    /// scripts/shm-rma-probe.sh). That costs this thread a wake every 50 us while the server
+    /// runs, which is why `unix://`, not shm, is what one host uses.
     fn progress_loop(&self) {
+        let datagrams = matches!(self.listener, Listener::Datagrams { .. });
         while !self.stopping.load(Ordering::SeqCst) {
-            let _ = self.cq.wait(Duration::from_millis(200));
+            if datagrams {
+                if let Ok(0) = self.cq.poll() {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            } else {
+                let _ = self.cq.wait(Duration::from_millis(200));
+            }
         }
     }
 
@@ -403,7 +476,8 @@ impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Target")
             .field("provider", &self.provider)
-            .field("port", &self.port)
+            .field("port", &self.port())
+            .field("endpoints", &self.ep_type())
             .finish()
     }
 }

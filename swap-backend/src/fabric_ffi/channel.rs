@@ -26,7 +26,8 @@ pub struct Rma {
     pub key: u64,
 }
 
-/// A connected endpoint, its completion queue and its registered buffer.
+/// An endpoint (connected, or addressing its peer in an address vector), its completion queue
+/// and its registered buffer.
 pub struct Channel {
     // Field order is drop order: the endpoint (cancelling anything posted) before the region
     // and the memory it points into.
@@ -34,6 +35,11 @@ pub struct Channel {
     cq: Arc<CompletionQueue>,
     region: Option<MemoryRegion>,
     buffer: Arc<AnonMemory>,
+    /// The peer's address in the endpoint's address vector (`FI_EP_RDM`; 0, unused, when
+    /// connected).
+    dest: u64,
+    /// Whether the endpoint addresses its peer (`FI_EP_RDM`) rather than being connected.
+    dest_addressed: bool,
     /// Most operations the endpoint takes at once.
     depth: usize,
     /// Longest a transfer waits for its completions before the peer is declared gone.
@@ -41,8 +47,9 @@ pub struct Channel {
 }
 
 impl Channel {
-    /// Connects a new endpoint to `info`'s destination, sending `data` with the request, with
-    /// a buffer of `buffer_len` bytes (registered when `register`, i.e. `FI_MR_LOCAL`).
+    /// Connects a new endpoint to `info`'s destination (`FI_EP_MSG`), sending `data` with the
+    /// request, with a buffer of `buffer_len` bytes (registered when `register`, i.e.
+    /// `FI_MR_LOCAL`).
     pub fn connect(
         domain: &Arc<Domain>,
         info: &Info,
@@ -52,9 +59,46 @@ impl Channel {
         key: u64,
     ) -> Result<Channel, FabricError> {
         let eq = EventQueue::open(domain.fabric())?;
+        let ch = Channel::open(
+            domain,
+            info,
+            &Peers::Connected(eq.clone()),
+            0,
+            buffer_len,
+            register,
+            key,
+        )?;
+        ch.ep.connect(info, &eq, data, Duration::from_secs(10))?;
+        Ok(ch)
+    }
+
+    /// A reliable-datagram endpoint (`FI_EP_RDM`) whose transfers go to `dest` in `av`, with a
+    /// buffer as [`Channel::connect`]'s. Nothing is sent until the first transfer.
+    pub fn addressed(
+        domain: &Arc<Domain>,
+        info: &Info,
+        av: &Arc<AddressVector>,
+        dest: u64,
+        buffer_len: usize,
+        register: bool,
+        key: u64,
+    ) -> Result<Channel, FabricError> {
+        let peers = Peers::Addressed(av.clone());
+        Channel::open(domain, info, &peers, dest, buffer_len, register, key)
+    }
+
+    fn open(
+        domain: &Arc<Domain>,
+        info: &Info,
+        peers: &Peers,
+        dest: u64,
+        buffer_len: usize,
+        register: bool,
+        key: u64,
+    ) -> Result<Channel, FabricError> {
         let depth = info.tx_size().clamp(1, 256);
         let cq = CompletionQueue::open(domain, depth * 2)?;
-        let ep = Endpoint::open(domain, info, &eq, &cq)?;
+        let ep = Endpoint::open(domain, info, peers, &cq)?;
         let buffer = Arc::new(
             AnonMemory::new(buffer_len)
                 .map_err(|e| fail("mmap", e.raw_os_error().unwrap_or(0), e.to_string()))?,
@@ -71,12 +115,13 @@ impl Channel {
         } else {
             None
         };
-        ep.connect(info, &eq, data, Duration::from_secs(10))?;
         Ok(Channel {
             ep,
             cq,
             region,
             buffer,
+            dest,
+            dest_addressed: matches!(peers, Peers::Addressed(_)),
             depth,
             timeout: Duration::from_secs(30),
         })
@@ -95,9 +140,11 @@ impl Channel {
     }
 
     /// Posts `ops` (at most the endpoint's depth in flight) and returns once all of them have
-    /// completed. An error leaves the channel unusable: drop it (that closes the endpoint,
-    /// cancelling what is still posted, before the buffer goes).
-    pub fn transfer(&mut self, ops: &[Rma]) -> Result<(), FabricError> {
+    /// completed; gives up early once `gone` says the peer is (checked every 100 ms while
+    /// nothing completes: a reliable-datagram peer that went away says nothing itself). An
+    /// error leaves the channel unusable: drop it (that closes the endpoint, cancelling what
+    /// is still posted, before the buffer goes).
+    pub fn transfer(&mut self, ops: &[Rma], gone: impl Fn() -> bool) -> Result<(), FabricError> {
         let desc = self
             .region
             .as_ref()
@@ -136,7 +183,7 @@ impl Channel {
                             msg_iov: &iov,
                             desc: &mut d,
                             iov_count: 1,
-                            addr: 0,
+                            addr: self.dest,
                             rma_iov: &remote,
                             rma_iov_count: 1,
                             context: std::ptr::null_mut(),
@@ -149,7 +196,7 @@ impl Channel {
                             buf,
                             op.len,
                             desc,
-                            0,
+                            self.dest,
                             op.addr,
                             op.key,
                             std::ptr::null_mut(),
@@ -182,11 +229,31 @@ impl Channel {
                 }
             }
             if got == 0 {
-                got = self.cq.wait(Duration::from_millis(100))?;
+                got = if self.dest_addressed {
+                    // A reliable-datagram provider's blocking read may not drive its progress
+                    // (shm's yields without it), and this side's progress is what completes a
+                    // transfer: poll, sleeping between.
+                    let until = Instant::now() + Duration::from_millis(100);
+                    loop {
+                        std::thread::sleep(Duration::from_micros(50));
+                        match self.cq.poll()? {
+                            0 if Instant::now() < until => {}
+                            n => break n,
+                        }
+                    }
+                } else {
+                    self.cq.wait(Duration::from_millis(100))?
+                };
             }
             if got > 0 {
                 done += got;
                 last_progress = Instant::now();
+            } else if gone() {
+                return Err(fail(
+                    "one-sided transfer",
+                    libc::ECONNRESET,
+                    "the server hung up with this transfer in flight".into(),
+                ));
             } else if last_progress.elapsed() > self.timeout {
                 return Err(fail(
                     "one-sided transfer",

@@ -1,4 +1,5 @@
-//! The `fi_getinfo` query for one-sided reads and writes over connected endpoints.
+//! The `fi_getinfo` query for one-sided reads and writes, on connected or reliable-datagram
+//! endpoints.
 
 use std::ffi::{c_char, c_int, CString};
 
@@ -14,12 +15,13 @@ pub const FI_MR_LOCAL: c_int = 1 << 2;
 pub const FI_MR_VIRT_ADDR: c_int = 1 << 4;
 pub const FI_MR_PROV_KEY: c_int = 1 << 6;
 
-/// `fi_getinfo`'s answer for one-sided reads and writes over connected endpoints.
+/// `fi_getinfo`'s answer for one-sided reads and writes on endpoints of `ep_type`.
 ///
 /// # Safety
 /// Internal: called with libfabric loaded.
 pub(super) unsafe fn rma_info(
     lib: &Libfabric,
+    ep_type: super::EpType,
     node: Option<&str>,
     service: Option<&str>,
     source: bool,
@@ -38,13 +40,15 @@ pub(super) unsafe fn rma_info(
         // SAFETY: hints and its attributes are live allocations of fi_allocinfo; the provider
         // name is malloc'd (strdup) because fi_freeinfo frees it.
         unsafe {
-            (*hints).caps = super::FI_MSG
-                | super::FI_RMA
-                | FI_READ
-                | FI_WRITE
-                | FI_REMOTE_READ
-                | FI_REMOTE_WRITE;
-            (*(*hints).ep_attr).ep_type = super::EpType::Msg as c_int;
+            // FI_MSG only where connections are made (it is how they are set up).
+            let msg = if ep_type == super::EpType::Msg {
+                super::FI_MSG
+            } else {
+                0
+            };
+            (*hints).caps =
+                msg | super::FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+            (*(*hints).ep_attr).ep_type = ep_type as c_int;
             (*(*hints).domain_attr).mr_mode = MR_MODES;
             (*(*hints).domain_attr).threading = FI_THREAD_SAFE;
             (*(*hints).tx_attr).op_flags = FI_DELIVERY_COMPLETE;

@@ -57,11 +57,37 @@ pub(super) struct FidDomain {
 #[repr(C)]
 pub(super) struct OpsDomain {
     pub(super) size: usize,
-    pub(super) av_open: Opaque,
+    pub(super) av_open:
+        unsafe extern "C" fn(*mut FidDomain, *mut AvAttr, *mut *mut FidAv, *mut c_void) -> c_int,
     pub(super) cq_open:
         unsafe extern "C" fn(*mut FidDomain, *mut CqAttr, *mut *mut FidCq, *mut c_void) -> c_int,
     pub(super) endpoint:
         unsafe extern "C" fn(*mut FidDomain, *mut RawInfo, *mut *mut FidEp, *mut c_void) -> c_int,
+}
+
+/// `struct fi_av_attr`.
+#[repr(C)]
+pub(super) struct AvAttr {
+    pub(super) av_type: c_int,
+    pub(super) rx_ctx_bits: c_int,
+    pub(super) count: usize,
+    pub(super) ep_per_node: usize,
+    pub(super) name: *const c_char,
+    pub(super) map_addr: *mut c_void,
+    pub(super) flags: u64,
+}
+
+#[repr(C)]
+pub(super) struct FidAv {
+    pub(super) fid: Fid,
+    pub(super) ops: *const OpsAv,
+}
+
+#[repr(C)]
+pub(super) struct OpsAv {
+    pub(super) size: usize,
+    pub(super) insert:
+        unsafe extern "C" fn(*mut FidAv, *const c_void, usize, *mut u64, u64, *mut c_void) -> c_int,
 }
 
 #[repr(C)]
@@ -316,6 +342,8 @@ pub(super) const FI_REMOTE_WRITE: u64 = 1 << 13;
 pub(super) const FI_COMPLETION: u64 = 1 << 24;
 pub(super) const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
 pub(super) const FI_ENABLE: c_int = 6;
+/// `FI_AV_TABLE`: addresses are indexes 0, 1, ... in insertion order.
+pub(super) const FI_AV_TABLE: c_int = 2;
 pub(super) const FI_WAIT_UNSPEC: c_int = 1;
 pub(super) const FI_CQ_FORMAT_CONTEXT: c_int = 1;
 pub(super) const FI_CONNREQ: u32 = 1;

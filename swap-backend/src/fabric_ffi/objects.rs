@@ -449,7 +449,7 @@ impl CompletionQueue {
     }
 
     /// Reaps finished operations without blocking: how many.
-    pub(super) fn poll(&self) -> Result<usize, FabricError> {
+    pub fn poll(&self) -> Result<usize, FabricError> {
         let mut entries = [std::ptr::null_mut::<c_void>(); 16];
         // SAFETY: a live queue and room for 16 context-format entries.
         let n = unsafe { ((*(*self.raw).ops).read)(self.raw, entries.as_mut_ptr().cast(), 16) };
@@ -514,12 +514,107 @@ impl Drop for CompletionQueue {
     }
 }
 
+// ---- address vectors -----------------------------------------------------------------------
+
+/// An address vector: the peers a reliable-datagram endpoint (`FI_EP_RDM`) may address, each
+/// by the index its name was inserted at.
+pub struct AddressVector {
+    raw: *mut FidAv,
+    _domain: Arc<Domain>,
+}
+
+// SAFETY: see Fabric.
+unsafe impl Send for AddressVector {}
+// SAFETY: see Fabric.
+unsafe impl Sync for AddressVector {}
+
+impl AddressVector {
+    pub fn open(domain: &Arc<Domain>) -> Result<Arc<AddressVector>, FabricError> {
+        let mut attr = AvAttr {
+            av_type: FI_AV_TABLE,
+            rx_ctx_bits: 0,
+            count: 0,
+            ep_per_node: 0,
+            name: std::ptr::null(),
+            map_addr: std::ptr::null_mut(),
+            flags: 0,
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live domain (its table checked at open to reach `endpoint`, which follows
+        // `av_open`), an attribute struct, a place for the result.
+        let rc = unsafe {
+            ((*(*domain.raw).ops).av_open)(domain.raw, &mut attr, &mut raw, std::ptr::null_mut())
+        };
+        check("fi_av_open", rc as isize)?;
+        // SAFETY: a live address vector; its table checked before use.
+        if !unsafe { has_member((*raw).ops, member_end!(OpsAv, insert)) } {
+            // SAFETY: opened just above.
+            unsafe { close(raw.cast()) };
+            return Err(fail(
+                "fi_av_open",
+                0,
+                "the provider's address vector table is too short".into(),
+            ));
+        }
+        Ok(Arc::new(AddressVector {
+            raw,
+            _domain: domain.clone(),
+        }))
+    }
+
+    /// Inserts the endpoint name `name` (what `fi_getname` gave its owner): the address to
+    /// post to.
+    pub fn insert(&self, name: &[u8]) -> Result<u64, FabricError> {
+        let mut addr = u64::MAX;
+        // SAFETY: a live address vector (table checked), one name read during the call, one
+        // address to fill; synchronous (no context, no event queue bound).
+        let n = unsafe {
+            ((*(*self.raw).ops).insert)(
+                self.raw,
+                name.as_ptr().cast(),
+                1,
+                &mut addr,
+                0,
+                std::ptr::null_mut(),
+            )
+        };
+        // It returns how many it inserted: 0 means the name was not understood.
+        if n != 1 || addr == u64::MAX {
+            let n = check("fi_av_insert", n as isize)?;
+            return Err(fail(
+                "fi_av_insert",
+                libc::EINVAL,
+                format!(
+                    "{n} of 1 addresses inserted (a name of {} bytes the provider does not take)",
+                    name.len()
+                ),
+            ));
+        }
+        Ok(addr)
+    }
+}
+
+impl Drop for AddressVector {
+    fn drop(&mut self) {
+        // SAFETY: ours; endpoints bound to it hold Arcs of it.
+        unsafe { close(self.raw.cast()) };
+    }
+}
+
 // ---- endpoints -----------------------------------------------------------------------------
 
-/// A connected (or connecting) endpoint.
+/// What an endpoint reaches its peers through: connection events (`FI_EP_MSG`, one peer per
+/// endpoint, connected) or an address vector (`FI_EP_RDM`, any peer inserted there).
+#[derive(Clone, Debug)]
+pub enum Peers {
+    Connected(Arc<EventQueue>),
+    Addressed(Arc<AddressVector>),
+}
+
+/// An endpoint: connected (or connecting), or reliable-datagram.
 pub struct Endpoint {
     pub(super) raw: *mut FidEp,
-    _eq: Arc<EventQueue>,
+    _peers: Peers,
     _cq: Arc<CompletionQueue>,
     _domain: Arc<Domain>,
 }
@@ -530,12 +625,12 @@ unsafe impl Send for Endpoint {}
 unsafe impl Sync for Endpoint {}
 
 impl Endpoint {
-    /// Opens an endpoint for `info` bound to `eq` (its connection events) and `cq` (its
-    /// completions), enabled.
+    /// Opens an endpoint for `info` bound to `peers` (its connection events or its address
+    /// vector) and `cq` (its completions), enabled.
     pub fn open(
         domain: &Arc<Domain>,
         info: &Info,
-        eq: &Arc<EventQueue>,
+        peers: &Peers,
         cq: &Arc<CompletionQueue>,
     ) -> Result<Endpoint, FabricError> {
         let mut raw = std::ptr::null_mut();
@@ -552,7 +647,7 @@ impl Endpoint {
         };
         let ep = Endpoint {
             raw,
-            _eq: eq.clone(),
+            _peers: peers.clone(),
             _cq: cq.clone(),
             _domain: domain.clone(),
         };
@@ -567,10 +662,11 @@ impl Endpoint {
         unsafe {
             let fid = &mut (*raw).fid as *mut Fid;
             let ops = (*raw).fid.ops;
-            check(
-                "fi_ep_bind",
-                ((*ops).bind)(fid, &mut (*eq.raw).fid, 0) as isize,
-            )?;
+            let peers = match peers {
+                Peers::Connected(eq) => &mut (*eq.raw).fid,
+                Peers::Addressed(av) => &mut (*av.raw).fid,
+            };
+            check("fi_ep_bind", ((*ops).bind)(fid, peers, 0) as isize)?;
             check(
                 "fi_ep_bind",
                 ((*ops).bind)(fid, &mut (*cq.raw).fid, FI_TRANSMIT | FI_RECV) as isize,
@@ -581,6 +677,19 @@ impl Endpoint {
             )?;
         }
         Ok(ep)
+    }
+
+    /// The endpoint's name, which a peer inserts into its address vector to reach it.
+    pub fn name(&self) -> Result<Vec<u8>, FabricError> {
+        let mut buf = vec![0u8; 256];
+        let mut len = buf.len();
+        // SAFETY: a live endpoint (cm checked at open) and a buffer of the length given.
+        let rc = unsafe {
+            ((*(*self.raw).cm).getname)(&mut (*self.raw).fid, buf.as_mut_ptr().cast(), &mut len)
+        };
+        check("fi_getname", rc as isize)?;
+        buf.truncate(len);
+        Ok(buf)
     }
 
     /// The id connection events name this endpoint by.
@@ -751,6 +860,7 @@ macro_rules! debug_by_address {
     )*};
 }
 debug_by_address!(
+    AddressVector,
     Fabric,
     Domain,
     MemoryRegion,

@@ -3,12 +3,13 @@
 
 use std::io::BufWriter;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::sys::{self, FdReader, Mapping};
-use crate::one_sided::{assign, call_error, release_ok, releases, Control, SlotTable};
+use super::sys::{FdReader, Mapping};
+use crate::one_sided::{
+    assign, call_error, release_ok, releases, Control, Hangup, SlotTable, Watcher,
+};
 use crate::protocol::{code, Reply, Request, ServerStats, PAGE_SIZE};
 use crate::store::{ClientOptions, PageStore, StoreError};
 
@@ -29,49 +30,16 @@ pub fn grant_pages(held: u64) -> u64 {
     (held / 4).clamp(MIN_GRANT, MAX_GRANT)
 }
 
-/// Whether the server hung up on a client: set by its watcher thread (blocked in `poll` on the
-/// control socket, no CPU meanwhile) microseconds after the server's end closes. Pages read
-/// before then are right (the memory stays until the client unmaps it); every request after
-/// fails, so that a replicated store fails over and a single server's pager stops the JVM.
-#[derive(Clone, Debug, Default)]
-pub struct Hangup(Arc<(AtomicBool, Mutex<()>, Condvar)>);
-
-impl Hangup {
-    fn set(&self) {
-        self.0 .0.store(true, Ordering::Release);
-        // Taken so that a waiter between its check and its sleep cannot miss the notify.
-        drop(lock(&self.0 .1));
-        self.0 .2.notify_all();
-    }
-
-    /// Whether the server has hung up (one atomic load).
-    pub fn is_set(&self) -> bool {
-        self.0 .0.load(Ordering::Acquire)
-    }
-
-    /// Waits until the server has hung up, at most `timeout`; `true` if it has.
-    pub fn wait(&self, timeout: Duration) -> bool {
-        let _ = self
-            .0
-             .2
-            .wait_timeout_while(lock(&self.0 .1), timeout, |_| !self.is_set())
-            .unwrap_or_else(|e| e.into_inner());
-        self.is_set()
-    }
-}
-
 /// A [`PageStore`] in memory files of a memory server on this host (`unix://PATH`).
 pub struct MemfileStore {
     name: String,
     /// `name`, kept for the life of the process: a signal handler may name it (`server_at`).
     named: &'static &'static str,
     control: Mutex<Control<FdReader, BufWriter<UnixStream>>>,
-    /// Set by the watcher when the server closes the session (or by a failed control
-    /// request): the pages are gone then.
+    /// Set when the server closes the session (or by a failed control request): the pages
+    /// are gone then.
     lost: Hangup,
-    closing: Arc<AtomicBool>,
-    watcher: Option<std::thread::JoinHandle<()>>,
-    socket: UnixStream,
+    watcher: Watcher,
     capacity_pages: u64,
     table: Mutex<SlotTable<Arc<Mapping>>>,
 }
@@ -112,30 +80,15 @@ impl MemfileStore {
                 ),
             });
         }
-        let lost = Hangup::default();
-        let closing = Arc::new(AtomicBool::new(false));
-        let watched = socket.try_clone().map_err(io)?;
-        let (l, c) = (lost.clone(), closing.clone());
-        // Blocked in poll until the server hangs up: no CPU while it lives.
-        let watcher = std::thread::Builder::new()
-            .name("memliner-watch".into())
-            .stack_size(64 << 10)
-            .spawn(move || {
-                sys::wait_for_hangup(&watched);
-                if !c.load(Ordering::SeqCst) {
-                    l.set();
-                }
-            })
-            .map_err(io)?;
+        let watcher = Watcher::start(socket.try_clone().map_err(io)?.into()).map_err(io)?;
+        let lost = watcher.hangup().clone();
         let named: &'static &'static str = Box::leak(Box::new(&*name.clone().leak()));
         Ok(MemfileStore {
             named,
             name,
             control: Mutex::new(control),
             lost,
-            closing,
-            watcher: Some(watcher),
-            socket,
+            watcher,
             capacity_pages,
             table: Mutex::new(SlotTable::new(MIN_GRANT as usize, KEEP_FREE)),
         })
@@ -318,13 +271,10 @@ impl PageStore for MemfileStore {
 
 impl Drop for MemfileStore {
     fn drop(&mut self) {
-        self.closing.store(true, Ordering::SeqCst);
-        // Unmapped before the session closes: the server then empties the files.
+        // Unmapped before the session closes (the watcher's end, below): the server then
+        // empties the files.
         *lock(&self.table) = SlotTable::new(MIN_GRANT as usize, KEEP_FREE);
-        let _ = self.socket.shutdown(std::net::Shutdown::Both);
-        if let Some(w) = self.watcher.take() {
-            let _ = w.join();
-        }
+        self.watcher.close();
     }
 }
 

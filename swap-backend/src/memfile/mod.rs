@@ -13,7 +13,8 @@ mod client;
 mod pool;
 mod sys;
 
-pub use client::{grant_pages, Hangup, MemfileStore, KEEP_FREE, MAX_GRANT, MIN_GRANT};
+pub use crate::one_sided::Hangup;
+pub use client::{grant_pages, MemfileStore, KEEP_FREE, MAX_GRANT, MIN_GRANT};
 pub use pool::FileGrants;
 pub use sys::{send_with_fds, server_at, FdReader};
 

@@ -112,18 +112,6 @@ impl Read for FdReader {
     }
 }
 
-/// Blocks until the peer of `socket` closes its end (or the socket is shut down here).
-pub fn wait_for_hangup(socket: &UnixStream) {
-    use rustix::event::{PollFd, PollFlags};
-    loop {
-        let mut fds = [PollFd::new(socket, PollFlags::RDHUP)];
-        match rustix::event::poll(&mut fds, None) {
-            Err(rustix::io::Errno::INTR) => continue,
-            _ => return,
-        }
-    }
-}
-
 /// Mappings a signal handler can look an address up in: a copy that faults in one means the
 /// server emptied a file this process still uses (ours never does; a broken or hostile one
 /// could), and the agent then stops the JVM naming the server instead of crashing in a copy.
