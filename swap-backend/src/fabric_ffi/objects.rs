@@ -634,10 +634,22 @@ impl Endpoint {
         cq: &Arc<CompletionQueue>,
     ) -> Result<Endpoint, FabricError> {
         let mut raw = std::ptr::null_mut();
-        // SAFETY: a live domain (table checked) and info; a place for the result.
-        let rc = unsafe {
-            ((*(*domain.raw).ops).endpoint)(domain.raw, info.head(), &mut raw, std::ptr::null_mut())
-        };
+        // shm installs handlers for SIGSEGV, SIGBUS, SIGTERM and SIGINT with its first
+        // endpoint, which unlink every shm region of the process before passing the signal
+        // on: inside a JVM, whose safepoint polls and null checks raise SIGSEGV on purpose
+        // (and whose pager serves SIGBUS), the first one unlinked the agent's regions, and a
+        // 1.17 server then crashed mapping them. The process's own handlers stay.
+        let rc = super::keeping_signal_handlers(|| {
+            // SAFETY: a live domain (table checked) and info; a place for the result.
+            unsafe {
+                ((*(*domain.raw).ops).endpoint)(
+                    domain.raw,
+                    info.head(),
+                    &mut raw,
+                    std::ptr::null_mut(),
+                )
+            }
+        });
         check("fi_endpoint", rc as isize)?;
         // SAFETY: a live endpoint; its tables checked before any call through them.
         let ok = unsafe {
@@ -675,6 +687,9 @@ impl Endpoint {
                 "fi_enable",
                 ((*ops).control)(fid, FI_ENABLE, std::ptr::null_mut()) as isize,
             )?;
+        }
+        if info.provider() == "shm" {
+            unlink_at_exit(&ep.name()?);
         }
         Ok(ep)
     }
@@ -746,6 +761,39 @@ impl Endpoint {
         let rc = unsafe { ((*(*self.raw).cm).accept)(self.raw, std::ptr::null(), 0) };
         check("fi_accept", rc as isize).map(drop)
     }
+}
+
+/// shm's regions (16 MiB files in /dev/shm named after their endpoints) not closed by exit.
+static SHM_REGIONS: std::sync::Mutex<Vec<std::ffi::CString>> = std::sync::Mutex::new(Vec::new());
+
+/// Unlinks the shm region of the endpoint named `name` (`fi_shm://PID:...`) when the process
+/// exits: shm unlinks a region when its endpoint closes, and from its signal handlers, which
+/// this module takes back (see [`Endpoint::open`]); a JVM exits without closing its stores, so
+/// without this every run would leave its regions behind. Unlinking a region still mapped is
+/// harmless: the memory goes once the last mapping does.
+fn unlink_at_exit(name: &[u8]) {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    let name = name.split(|&b| b == 0).next().unwrap_or_default();
+    let file = name.strip_prefix(b"fi_shm://").unwrap_or(name);
+    let Ok(file) = std::ffi::CString::new(file) else {
+        return;
+    };
+    SHM_REGIONS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(file);
+    extern "C" fn unlink_all() {
+        if let Ok(names) = SHM_REGIONS.try_lock() {
+            for n in names.iter() {
+                // SAFETY: a NUL-terminated name; a region already gone is ENOENT, ignored.
+                unsafe { libc::shm_unlink(n.as_ptr()) };
+            }
+        }
+    }
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a function that only unlinks files, safe to run at exit.
+        unsafe { libc::atexit(unlink_all) };
+    });
 }
 
 impl Drop for Endpoint {
