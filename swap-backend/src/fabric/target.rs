@@ -73,6 +73,8 @@ enum Listener {
 pub struct Target {
     provider: String,
     verbose: bool,
+    /// Whether its progress is polled for (shm) rather than waited for.
+    poll_only: bool,
     /// `FI_MR_*` modes the provider asked for: virtual addresses, its own keys.
     mr_mode: i32,
     /// Bytes of an application-chosen key.
@@ -150,6 +152,7 @@ impl Target {
         let target = Arc::new(Target {
             provider: info.provider(),
             verbose,
+            poll_only: !crate::fabric_ffi::blocking_read_progresses(&info),
             mr_mode: info.mr_mode(),
             key_bytes: info.mr_key_size().min(8),
             capacity_pages,
@@ -435,14 +438,13 @@ impl Target {
     /// request was served; tcp grants FI_RMA_EVENT, but its counter of served operations
     /// never moved (1.17). On a NIC the server's CPU takes no part in one-sided operations.
     ///
-    /// Over reliable datagrams it polls, sleeping 50 us between: shm's blocking read yields
-    /// without driving progress, and a read it does not progress never completes (see
+    /// Over shm it polls, sleeping 50 us between: shm's blocking read yields without driving
+    /// progress, and a read it does not progress never completes (see
     /// scripts/shm-rma-probe.sh). That costs this thread a wake every 50 us while the server
     /// runs, which is why `unix://`, not shm, is what one host uses.
     fn progress_loop(&self) {
-        let datagrams = matches!(self.listener, Listener::Datagrams { .. });
         while !self.stopping.load(Ordering::SeqCst) {
-            if datagrams {
+            if self.poll_only {
                 if let Ok(0) = self.cq.poll() {
                     std::thread::sleep(Duration::from_micros(50));
                 }

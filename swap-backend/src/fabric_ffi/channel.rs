@@ -38,8 +38,9 @@ pub struct Channel {
     /// The peer's address in the endpoint's address vector (`FI_EP_RDM`; 0, unused, when
     /// connected).
     dest: u64,
-    /// Whether the endpoint addresses its peer (`FI_EP_RDM`) rather than being connected.
-    dest_addressed: bool,
+    /// Whether completions are polled for rather than waited for: shm's blocking read yields
+    /// without driving its progress (see [`super::blocking_read_progresses`]).
+    poll_only: bool,
     /// Most operations the endpoint takes at once.
     depth: usize,
     /// Longest a transfer waits for its completions before the peer is declared gone.
@@ -121,7 +122,7 @@ impl Channel {
             region,
             buffer,
             dest,
-            dest_addressed: matches!(peers, Peers::Addressed(_)),
+            poll_only: !super::blocking_read_progresses(info),
             depth,
             timeout: Duration::from_secs(30),
         })
@@ -229,10 +230,9 @@ impl Channel {
                 }
             }
             if got == 0 {
-                got = if self.dest_addressed {
-                    // A reliable-datagram provider's blocking read may not drive its progress
-                    // (shm's yields without it), and this side's progress is what completes a
-                    // transfer: poll, sleeping between.
+                got = if self.poll_only {
+                    // This side's progress is what completes a transfer: poll, sleeping
+                    // between.
                     let until = Instant::now() + Duration::from_millis(100);
                     loop {
                         std::thread::sleep(Duration::from_micros(50));

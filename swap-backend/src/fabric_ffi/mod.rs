@@ -124,6 +124,13 @@ pub fn load() -> Result<&'static Libfabric, String> {
     LIB.get_or_init(open).as_ref().map_err(Clone::clone)
 }
 
+/// Whether a blocking completion-queue read (`fi_cq_sread`) drives `info`'s provider's
+/// progress while it waits. shm's (1.17) yields in a loop without it, so a side that waits
+/// there never completes a transfer, nor serves one: with shm both sides poll instead.
+pub fn blocking_read_progresses(info: &Info) -> bool {
+    info.provider() != "shm"
+}
+
 fn loader_error() -> String {
     // SAFETY: dlerror returns a thread-local C string or NULL.
     let e = unsafe { libc::dlerror() };
