@@ -51,10 +51,9 @@ enum Route {
 pub struct FabricStore {
     name: String,
     control: Mutex<Control<BufReader<TcpStream>, BufWriter<TcpStream>>>,
-    /// Set when the control channel breaks or the server hangs up on it: the session, and
-    /// this client's pages there, are gone.
-    lost: Hangup,
-    _watcher: Watcher,
+    /// Its hang-up is set when the server closes the session (or by a failed control
+    /// request): the session, and this client's pages there, are gone then.
+    watcher: Watcher,
     attach: AttachOk,
     capacity_pages: u64,
     table: Mutex<SlotTable<()>>,
@@ -91,7 +90,6 @@ impl FabricStore {
         // a transfer to a server that is gone (over reliable datagrams, nothing else says so)
         // gives up then instead of waiting out its deadline.
         let watcher = Watcher::start(stream.try_clone().map_err(io)?.into()).map_err(io)?;
-        let lost = watcher.hangup().clone();
         let mut control = Control::new(
             BufReader::new(stream.try_clone().map_err(io)?),
             BufWriter::new(stream),
@@ -113,16 +111,17 @@ impl FabricStore {
         };
         // The server's endpoints say which kind ours are: it names its own when it listens
         // with reliable datagrams.
-        let info = if attach.endpoint.is_empty() {
+        let datagrams = !attach.endpoint.is_empty();
+        let info = if datagrams {
+            super::rdm_info(host, false, provider)
+        } else {
             let port = attach.port.to_string();
             Info::rma(EpType::Msg, Some(host), Some(&port), false, provider)
-        } else {
-            super::rdm_info(host, false, provider)
         }
         .map_err(fabric_err)?;
         let fabric = Fabric::open(&info).map_err(fabric_err)?;
         let domain = Domain::open(&fabric, &info).map_err(fabric_err)?;
-        let route = if attach.endpoint.is_empty() {
+        let route = if !datagrams {
             Route::Connect
         } else {
             let av = AddressVector::open(&domain).map_err(fabric_err)?;
@@ -132,8 +131,7 @@ impl FabricStore {
         let store = FabricStore {
             name: name.clone(),
             control: Mutex::new(control),
-            lost,
-            _watcher: watcher,
+            watcher,
             register: info.mr_mode() & FI_MR_LOCAL != 0,
             deadline: options.deadline,
             route,
@@ -223,11 +221,16 @@ impl FabricStore {
         self.check_alive()?;
         lock(&self.control)
             .call(request, f)
-            .map_err(|e| call_error(&self.name, e, || self.lost.set()))
+            .map_err(|e| call_error(&self.name, e, || self.lost().set()))
+    }
+
+    /// Whether the server hung up (or the control channel broke).
+    fn lost(&self) -> &Hangup {
+        self.watcher.hangup()
     }
 
     fn check_alive(&self) -> Result<(), StoreError> {
-        if self.lost.is_set() {
+        if self.lost().is_set() {
             return Err(self.io(
                 "the control channel to the server was lost, and with it this client's pages there",
             ));
@@ -382,7 +385,7 @@ impl PageStore for FabricStore {
         {
             let ops = self.plan(slots, false)?;
             self.with_channel(|ch| {
-                ch.transfer(&ops, || self.lost.is_set())?;
+                ch.transfer(&ops, || self.lost().is_set())?;
                 dst.copy_from_slice(&ch.buffer()[..dst.len()]);
                 Ok(())
             })?;
@@ -400,7 +403,7 @@ impl PageStore for FabricStore {
                 let ops = self.plan(slots, true)?;
                 self.with_channel(|ch| {
                     ch.buffer()[..src.len()].copy_from_slice(src);
-                    ch.transfer(&ops, || self.lost.is_set())
+                    ch.transfer(&ops, || self.lost().is_set())
                 })
             });
         if result.is_err() {

@@ -62,13 +62,8 @@ pub(crate) fn rdm_info(
         return Ok(any);
     }
     let service = source.then_some("0");
-    Info::rma(
-        EpType::Rdm,
-        Some(host),
-        service,
-        source,
-        any.provider().as_str().into(),
-    )
+    let provider = any.provider();
+    Info::rma(EpType::Rdm, Some(host), service, source, Some(&provider))
 }
 
 /// The message for a listener no provider can serve.

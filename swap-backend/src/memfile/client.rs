@@ -36,9 +36,8 @@ pub struct MemfileStore {
     /// `name`, kept for the life of the process: a signal handler may name it (`server_at`).
     named: &'static &'static str,
     control: Mutex<Control<FdReader, BufWriter<UnixStream>>>,
-    /// Set when the server closes the session (or by a failed control request): the pages
-    /// are gone then.
-    lost: Hangup,
+    /// Its hang-up is set when the server closes the session (or by a failed control
+    /// request): the session, and this client's pages there, are gone then.
     watcher: Watcher,
     capacity_pages: u64,
     table: Mutex<SlotTable<Arc<Mapping>>>,
@@ -81,13 +80,11 @@ impl MemfileStore {
             });
         }
         let watcher = Watcher::start(socket.try_clone().map_err(io)?.into()).map_err(io)?;
-        let lost = watcher.hangup().clone();
         let named: &'static &'static str = Box::leak(Box::new(&*name.clone().leak()));
         Ok(MemfileStore {
             named,
             name,
             control: Mutex::new(control),
-            lost,
             watcher,
             capacity_pages,
             table: Mutex::new(SlotTable::new(MIN_GRANT as usize, KEEP_FREE)),
@@ -96,7 +93,7 @@ impl MemfileStore {
 
     /// The server's hang-up, to wait for (a test that stops a server).
     pub fn hangup(&self) -> Hangup {
-        self.lost.clone()
+        self.lost().clone()
     }
 
     /// Pages the server can hold in all (across all its clients).
@@ -111,8 +108,13 @@ impl MemfileStore {
         }
     }
 
+    /// Whether the server hung up (or the control channel broke).
+    fn lost(&self) -> &Hangup {
+        self.watcher.hangup()
+    }
+
     fn check_alive(&self) -> Result<(), StoreError> {
-        if self.lost.is_set() {
+        if self.lost().is_set() {
             return Err(self.io(
                 "the server closed this client's session (it stopped or restarted), and with it the pages it held",
             ));
@@ -143,7 +145,7 @@ impl MemfileStore {
             .call(request, f)
             .and_then(|t| then(t, &mut c.reader).map_err(Err));
         drop(c);
-        result.map_err(|e| call_error(&self.name, e, || self.lost.set()))
+        result.map_err(|e| call_error(&self.name, e, || self.lost().set()))
     }
 
     /// Server-side counters.
