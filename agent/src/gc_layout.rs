@@ -178,6 +178,34 @@ impl CardTable {
     }
 }
 
+/// G1's card table, resolved: tells whether a heap page holds a dirty card, one the collector
+/// has yet to read (a refinement thread, or the next pause, scans the page for it). The card
+/// table's base is fixed for the VM's life.
+#[derive(Clone, Copy, Debug)]
+pub struct PendingCards {
+    /// `CardTable::_byte_map_base`: card `i` lives at `base + i`.
+    base: usize,
+    shift: u32,
+    dirty: u8,
+}
+
+impl PendingCards {
+    /// Whether any card of the page at `page` (page-aligned) is dirty. A racing write by the
+    /// VM gives the old or the new byte: a guess either way, never a wrong page served.
+    ///
+    /// # Safety
+    /// `page` must lie in a committed region of this heap (the card table is committed with
+    /// its regions: with `-Xms` equal to `-Xmx`, the whole heap for the VM's life).
+    pub unsafe fn page_is_pending(&self, page: usize) -> bool {
+        let first = page >> self.shift;
+        let n = (swap_backend::PAGE_SIZE >> self.shift).max(1);
+        // SAFETY: the caller's contract; a card byte is plain data the VM writes with byte
+        // stores.
+        let cards = unsafe { std::slice::from_raw_parts((self.base + first) as *const u8, n) };
+        cards.contains(&self.dirty)
+    }
+}
+
 /// Reads a pointer-sized word.
 ///
 /// # Safety
@@ -368,6 +396,22 @@ impl GcLayout {
             }
         }
         true
+    }
+
+    /// The card table as it is now, for telling pages with dirty cards one at a time (see
+    /// [`PendingCards`]); `None` on collectors without one read here.
+    ///
+    /// # Safety
+    /// Call after the VM has set up its barrier set (VMInit).
+    pub unsafe fn pending_cards(&self) -> Option<PendingCards> {
+        let ct = self.cards?;
+        // SAFETY: the caller's contract; the barrier set and its card table are the VM's own.
+        let base = unsafe { chase(ct.barrier_set, &[ct.card_table, ct.byte_map_base]) }?;
+        Some(PendingCards {
+            base,
+            shift: ct.shift,
+            dirty: ct.dirty,
+        })
     }
 
     pub fn collector(&self) -> &'static str {
@@ -751,8 +795,18 @@ mod tests {
         assert!(unsafe { l.dirty_card_pages(&spans, &mut out) });
         let pages: Vec<usize> = out.iter().map(|a| (a - start) / PAGE).collect();
         assert_eq!(pages, vec![0, 1, 12, 16]);
+        // One page at a time, as the reclaimer asks outside pauses: the same pages.
+        // SAFETY: as above.
+        let pending = unsafe { l.pending_cards() }.expect("a card table");
+        let one_by_one: Vec<usize> = (0..32)
+            // SAFETY: the fake card table covers all 32 pages.
+            .filter(|&i| unsafe { pending.page_is_pending(start + i * PAGE) })
+            .collect();
+        assert_eq!(one_by_one, pages);
         // Without a card table: nothing named, and the caller told so.
         l.cards = None;
+        // SAFETY: as above.
+        assert!(unsafe { l.pending_cards() }.is_none());
         // SAFETY: as above.
         assert!(!unsafe { l.dirty_card_pages(&spans, &mut out) });
     }

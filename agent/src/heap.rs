@@ -15,6 +15,9 @@ pub struct FoundHeap {
     pub collector: &'static str,
     pub discovery: Discovery,
     pub spans: Vec<Span>,
+    /// `-Xms` equals `-Xmx` (the VM says so): the heap is committed whole for the VM's life,
+    /// so structures committed with its regions (G1's card table) stay readable.
+    pub fixed: bool,
     /// Where the collector holds nothing live after a collection; `Err` says why it cannot
     /// be read on this JVM.
     pub layout: Result<crate::gc_layout::GcLayout, String>,
@@ -38,6 +41,7 @@ pub fn discover() -> Result<FoundHeap, String> {
     if vm.as_ref().is_ok_and(|vm| vmstructs::collector(vm) == "Z") {
         return Err(ZGC_REFUSED.into());
     }
+    let mut fixed = false;
     let (start, bytes, collector, discovery) = match vm
         .and_then(|vm| vm.reserved_heap().map(|h| (h, vm)))
     {
@@ -46,6 +50,7 @@ pub fn discover() -> Result<FoundHeap, String> {
             layout = crate::gc_layout::GcLayout::find(&vm, collector);
             let (init, max) = (vm.flag_u64("InitialHeapSize"), vm.flag_u64("MaxHeapSize"));
             if let (Ok(i), Ok(m)) = (init, max) {
+                fixed = i == m;
                 if i < m {
                     crate::logging::log!(
                         LogLevel::Info,
@@ -81,6 +86,7 @@ pub fn discover() -> Result<FoundHeap, String> {
         collector,
         discovery,
         spans,
+        fixed,
         layout,
     })
 }

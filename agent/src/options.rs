@@ -125,6 +125,15 @@ lowercase_enum! {
 }
 
 lowercase_enum! {
+    /// Whether pages holding cards the collector has yet to read are kept local a while longer
+    /// (`card_hold=`).
+    pub enum CardHold {
+        On,
+        Off,
+    }
+}
+
+lowercase_enum! {
     /// Whether every page read back is checked against the checksum it was written with
     /// (`checksums=`).
     pub enum Checksums {
@@ -405,6 +414,13 @@ pub static OPTIONS: &[OptionSpec] = &[
         default: "`on`",
     },
     choice_option! {
+        key: "card_hold",
+        flag: flag("card-hold", "on|off"),
+        field: card_hold,
+        values: "`on`: under `memliner` on G1 with `-Xms` equal to `-Xmx`, a page holding a dirty card (an old object the application wrote, or one a pause left pointing into young regions), which a refinement thread or the next pause will scan, is kept local up to a second longer before it is evicted, and when a pause ends the remote pages of the dirty cards it left are read in bulk for the refinement threads; `off`: such pages are evicted like any other (and counted)",
+        default: "`on`",
+    },
+    choice_option! {
         key: "checksums",
         flag: flag("checksums", "on|off"),
         field: checksums,
@@ -627,6 +643,7 @@ pub struct Options {
     pub prefetch: usize,
     pub streams: Streams,
     pub pause_reads: PauseReads,
+    pub card_hold: CardHold,
     pub checksums: Checksums,
     pub reclaim: Reclaim,
     pub fallback: Fallback,
@@ -664,6 +681,7 @@ impl Default for Options {
             prefetch: 32,
             streams: Streams::Thread,
             pause_reads: PauseReads::On,
+            card_hold: CardHold::On,
             checksums: Checksums::On,
             reclaim: Reclaim::Lru,
             fallback: Fallback::None,

@@ -353,6 +353,7 @@ fn start_paging(rt: &'static Runtime) -> Result<(), String> {
         );
     }
 
+    let fixed_heap = found.fixed;
     let dead_why_not = match found.layout {
         Ok(l) => {
             let _ = rt.layout.set(l);
@@ -394,6 +395,27 @@ fn start_paging(rt: &'static Runtime) -> Result<(), String> {
                 None => false,
             }
         }));
+        // Outside pauses the reclaimer reads cards of pages it is about to evict: only where
+        // the card table is committed whole for the VM's life.
+        // SAFETY: VMInit has run (this is its callback): the barrier set is set up.
+        let cards = rt.layout.get().and_then(|l| unsafe { l.pending_cards() });
+        match cards {
+            Some(c) if fixed_heap => {
+                let hold = rt.options.policy == options::Policy::MemLiner
+                    && rt.options.card_hold == options::CardHold::On;
+                p.set_pending_cards(
+                    // SAFETY: the reclaimer asks about pages of the paged heap only, all of it
+                    // committed (and its cards with it) for the VM's life: -Xms equals -Xmx.
+                    Box::new(move |page| unsafe { c.page_is_pending(page) }),
+                    hold,
+                );
+            }
+            Some(_) => log!(
+                LogLevel::Info,
+                "pages with dirty cards are not held (card_hold): -Xms is below -Xmx, so G1 may uncommit card table pages"
+            ),
+            None => {}
+        }
     }
     Ok(())
 }
@@ -552,6 +574,11 @@ unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
                     .filter(|r| r.reason == gc_layout::Reason::FreeRegion)
                     .map(|r| (r.start, r.end))
                     .collect();
+                if rt.options.policy == options::Policy::MemLiner
+                    && rt.options.card_hold == options::CardHold::On
+                {
+                    p.read_cards_left(&after);
+                }
                 p.gc_pause_finished(Some((kind, &free)), after);
             }
             rt.gc.pause_finished(kind);

@@ -295,6 +295,19 @@ fn cell_on(
                 s.gc
             );
         }
+        // Refinement threads read pages: some had dirty cards when the reclaimer looked, and
+        // under `card_hold=on` it held them (the card table is read outside pauses).
+        let refined = s.gc_faults[&GcActivity::ConcurrentRefinement].remote;
+        if cfg.options.policy == Policy::MemLiner
+            && cfg.options.card_hold == memliner_agent::options::CardHold::On
+            && refined > 100
+        {
+            assert!(
+                pager.reclaim.card_holds > 0,
+                "{what}: {refined} refinement faults, no page with a dirty card held: {:?}",
+                pager.reclaim.card_holds
+            );
+        }
     }
     let cold = pager.cold.evicted;
     if cfg.options.policy == Policy::Baseline {

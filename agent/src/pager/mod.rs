@@ -69,7 +69,7 @@ pub use attribution::ActivityCount;
 pub use config::{FatalFn, PagerConfig, Replacement, Window};
 pub use counters::{Latencies, LatencyBuckets, PagerCounters, Role, CYCLE_GAP, LATENCY_BOUNDS_NS};
 pub use pause_reads::CardReader;
-pub use reclaim::{Decisions, ListSample, ReclaimCounters, DISTANCE_BUCKETS};
+pub use reclaim::{CardCheck, Decisions, ListSample, ReclaimCounters, DISTANCE_BUCKETS};
 
 use budget::Budget;
 use context::Ctx;
@@ -387,9 +387,25 @@ impl Pager {
         self.parts.pause_reads.started(&self.parts, &regions, read)
     }
 
+    /// A pause ended with the heap's regions as `after` says (the caller is the JVMTI
+    /// GarbageCollectionFinish callback): the remote pages of the dirty cards it left in old
+    /// regions, which refinement threads scan next, are read in bulk. Never blocks. Returns
+    /// the pages queued.
+    pub fn read_cards_left(&self, after: &crate::gc_activity::RegionMap) -> usize {
+        self.parts.pause_reads.ended(&self.parts, after)
+    }
+
     /// How the agent reads the cards a pause is about to scan (G1's card table).
     pub fn set_card_reader(&self, r: CardReader) {
         self.parts.pause_reads.set_card_reader(r);
+    }
+
+    /// How the agent tells pages holding cards the collector has yet to read (G1's dirty
+    /// cards, which refinement or the next pause scans). With `hold`, the reclaimer keeps such
+    /// pages on their lists up to a second longer (`reclaim::lists::MAX_HOLD_MS`) before it
+    /// unmaps or evicts them; either way their evictions are counted.
+    pub fn set_pending_cards(&self, check: CardCheck, hold: bool) {
+        self.parts.reclaim.set_cards(check, hold);
     }
 
     /// GC threads' remote faults and their waits by the collector's activity

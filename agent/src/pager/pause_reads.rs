@@ -81,6 +81,40 @@ impl PauseReads {
             queue(p, pages.into_iter());
         }
     }
+
+    /// A pause ended with the heap's regions as `after` says: on G1 it has just redirtied the
+    /// cards it scanned that still point into young regions, for refinement threads to add to
+    /// remembered sets. Many of their pages went out during the pause (the pause pushed them
+    /// out with its own reads, while those cards read as scanned, not dirty); queues the
+    /// remote ones for the refinement threads. Returns how many.
+    pub fn ended(&self, p: &Parts, after: &RegionMap) -> usize {
+        let Some(reader) = self.cards.get() else {
+            return 0;
+        };
+        let spans: Vec<RegionSpan> = after
+            .spans()
+            .iter()
+            .filter(|s| matches!(s.kind, RegionKind::Old | RegionKind::Humongous))
+            .cloned()
+            .collect();
+        let mut addrs = Vec::new();
+        if !reader(&spans, &mut addrs) {
+            return 0;
+        }
+        let Some(pf) = &p.prefetch else {
+            return 0;
+        };
+        let ctx = &p.ctx;
+        let mut remote: Vec<u32> = addrs
+            .into_iter()
+            .filter_map(|a| ctx.page_of(a))
+            .filter(|&q| ctx.table.get(q) == PageState::Remote)
+            .map(|q| q as u32)
+            .collect();
+        let n = remote.len();
+        pf.read_for_cards(&mut remote);
+        n
+    }
 }
 
 /// The heap pages of `s` (clipped to the paged heap).

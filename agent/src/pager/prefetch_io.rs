@@ -39,9 +39,19 @@ struct Job {
     pages: Vec<u32>,
     stream: Option<StreamKey>,
     class: ThreadClass,
-    /// Read for the pause under way (`read_for_pause`): counted and capped apart, and held
-    /// hot until the pause ends.
-    pause: bool,
+    /// Why a window that is no stream's is read (counted apart).
+    certain: Certain,
+}
+
+/// Why pages are read for certain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Certain {
+    /// A stream's window (not certain), or a patched collector's hint.
+    Hint,
+    /// For the pause under way (`read_for_pause`): capped apart and held hot until it ends.
+    Pause,
+    /// For the dirty cards a pause left (`read_for_cards`).
+    Cards,
 }
 
 /// A prefetched page kept unmapped so that its use is seen.
@@ -202,7 +212,7 @@ impl Prefetcher {
             pages,
             stream: Some(key),
             class,
-            pause: false,
+            certain: Certain::Hint,
         });
         pf.wake_workers();
     }
@@ -217,7 +227,14 @@ impl Prefetcher {
     /// the free pages above the low watermark dropped 70% of the hints on the graph workload.)
     /// `pages` are heap page numbers (`Pager::hint` converts and bounds the addresses).
     pub fn hint(&self, pages: &mut Vec<u32>) {
-        self.queue_certain(pages, ThreadClass::GcConcurrent, false);
+        self.queue_certain(pages, ThreadClass::GcConcurrent, Certain::Hint);
+    }
+
+    /// A pause left `pages` with dirty cards (G1 redirties the cards it scanned that still
+    /// point into young regions, for refinement to add to remembered sets): the remote ones are
+    /// read for the refinement threads, admitted as their reads are, within the hints' cap.
+    pub fn read_for_cards(&self, pages: &mut Vec<u32>) {
+        self.queue_certain(pages, ThreadClass::GcConcurrent, Certain::Cards);
     }
 
     /// A stop-the-world pause is about to read `pages` (its collection set's, its cards'):
@@ -226,21 +243,18 @@ impl Prefetcher {
     /// Never blocks; pages beyond a quarter of the budget in flight are left to the pause's
     /// own faults (counted as dropped).
     pub fn read_for_pause(&self, pages: &mut Vec<u32>) {
-        self.queue_certain(pages, ThreadClass::Gc, true);
+        self.queue_certain(pages, ThreadClass::Gc, Certain::Pause);
     }
 
     /// Queues pages that will be read for certain (a hint or a pause's), lowest first, in
     /// windows of the prefetch depth, within their cap.
-    fn queue_certain(&self, pages: &mut Vec<u32>, class: ThreadClass, pause: bool) {
+    fn queue_certain(&self, pages: &mut Vec<u32>, class: ThreadClass, certain: Certain) {
         let pf = self;
-        let (h, inflight, cap) = if pause {
-            (
-                &pf.counters.pause_reads,
-                &pf.pause_inflight,
-                pf.max_pause_inflight,
-            )
+        let h = self.certain_counters(certain);
+        let (inflight, cap) = if certain == Certain::Pause {
+            (&pf.pause_inflight, pf.max_pause_inflight)
         } else {
-            (&pf.counters.hints, &pf.hint_inflight, pf.max_hint_inflight)
+            (&pf.hint_inflight, pf.max_hint_inflight)
         };
         h.requests.fetch_add(1, Ordering::Relaxed);
         h.pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
@@ -270,19 +284,19 @@ impl Prefetcher {
                 pages: w.to_vec(),
                 stream: None,
                 class,
-                pause,
+                certain,
             });
         }
         pages.clear();
         pf.wake_workers();
     }
 
-    /// The counters of a hint's or a pause read's job.
-    fn certain_counters(&self, job: &Job) -> &crate::prefetch::HintCounters {
-        if job.pause {
-            &self.counters.pause_reads
-        } else {
-            &self.counters.hints
+    /// The counters of a hint's, a pause read's or a card read's job.
+    fn certain_counters(&self, certain: Certain) -> &crate::prefetch::HintCounters {
+        match certain {
+            Certain::Hint => &self.counters.hints,
+            Certain::Pause => &self.counters.pause_reads,
+            Certain::Cards => &self.counters.card_reads,
         }
     }
 
@@ -308,7 +322,7 @@ impl Prefetcher {
                     let n = job.pages.len();
                     let counter = match job.stream {
                         Some(_) => &pf.inflight,
-                        None if job.pause => &pf.pause_inflight,
+                        None if job.certain == Certain::Pause => &pf.pause_inflight,
                         None => &pf.hint_inflight,
                     };
                     self.fetch_window(job, &mut buf);
@@ -357,7 +371,7 @@ impl Prefetcher {
             self.budget.wake_reclaimer();
             let hint = job.stream.is_none();
             if hint {
-                pf.certain_counters(&job)
+                pf.certain_counters(job.certain)
                     .dropped
                     .fetch_add((claims.len() - charged) as u64, Ordering::Relaxed);
             }
@@ -394,8 +408,7 @@ impl Prefetcher {
         // A pause's pages serve the pause: admitted as its own faults' are, by their region;
         // other windows' on probation (or cold, as the policy says).
         let admission = |p: usize| {
-            let region = job
-                .pause
+            let region = (job.certain == Certain::Pause)
                 .then(|| self.attribution.region_at(ctx.page_addr(p)))
                 .flatten();
             match ctx
@@ -403,11 +416,15 @@ impl Prefetcher {
                 .policy
                 .admission(job.class, Source::Prefetch, region)
             {
-                Admission::ColdAfterPause | Admission::HeldForPause if !job.pause => Admission::Hot,
+                Admission::ColdAfterPause | Admission::HeldForPause
+                    if job.certain != Certain::Pause =>
+                {
+                    Admission::Hot
+                }
                 a => a,
             }
         };
-        let arrival = if job.pause {
+        let arrival = if job.certain == Certain::Pause {
             Arrival::Fault
         } else {
             Arrival::Prefetched
@@ -471,7 +488,7 @@ impl Prefetcher {
         let c = &pf.counters.by_class[job.class as usize];
         let (Some(marker), Some(stream)) = (marker, job.stream) else {
             // A hint: every page mapped, none kept back.
-            pf.certain_counters(&job)
+            pf.certain_counters(job.certain)
                 .fetched
                 .fetch_add(mapped as u64, Ordering::Relaxed);
             c.pages.fetch_add(mapped as u64, Ordering::Relaxed);

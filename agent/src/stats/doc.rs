@@ -269,6 +269,12 @@ pub struct ReclaimDoc {
     pub refault_distance: Vec<DistanceBucketDoc>,
     /// Prefetched pages evicted without a use seen since they came.
     pub prefetched_evicted_unused: u64,
+    /// Trips past the inactive front that pages with cards the collector had yet to read
+    /// were kept for (`card_hold=on`), and such pages evicted all the same.
+    #[serde(default)]
+    pub card_holds: u64,
+    #[serde(default)]
+    pub evicted_pending_card: u64,
     pub direct_reclaims: u64,
     pub background_passes: u64,
     pub background_evicted: u64,
@@ -447,6 +453,12 @@ pub struct GcDoc {
     pub pause_read_pages: u64,
     #[serde(default)]
     pub pause_read_dropped: u64,
+    /// Pages read after pauses for the dirty cards they left in old regions, which refinement
+    /// threads scan next (`card_hold=on`), and those left to the threads' own faults.
+    #[serde(default)]
+    pub card_read_pages: u64,
+    #[serde(default)]
+    pub card_read_dropped: u64,
 }
 
 /// GC threads' remote faults by what the collector was doing (`gc_activity`): one entry per
@@ -594,6 +606,8 @@ impl StatsDoc {
                         },
                     ],
                     prefetched_evicted_unused: 3,
+                    card_holds: 40,
+                    evicted_pending_card: 7,
                     direct_reclaims: 2,
                     background_passes: 10,
                     background_evicted: 600,
@@ -652,6 +666,8 @@ impl StatsDoc {
                 remark_cleanup_pauses: 1,
                 pause_read_pages: 0,
                 pause_read_dropped: 0,
+                card_read_pages: 0,
+                card_read_dropped: 0,
             },
             // The sample's 30 remote faults of the `gc` class.
             gc_faults: GcActivity::ALL

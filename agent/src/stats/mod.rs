@@ -40,13 +40,15 @@ impl GcTimes {
         }
     }
 
-    fn doc(&self, pause_reads: Option<&crate::prefetch::HintCounters>) -> GcDoc {
-        let read = |f: fn(&crate::prefetch::HintCounters) -> &AtomicU64| {
-            pause_reads.map_or(0, |h| ld(f(h)))
+    fn doc(&self, prefetch: Option<&crate::prefetch::PrefetchCounters>) -> GcDoc {
+        let read = |f: fn(&crate::prefetch::PrefetchCounters) -> &AtomicU64| {
+            prefetch.map_or(0, |c| ld(f(c)))
         };
         GcDoc {
-            pause_read_pages: read(|h| &h.fetched),
-            pause_read_dropped: read(|h| &h.dropped),
+            pause_read_pages: read(|c| &c.pause_reads.fetched),
+            pause_read_dropped: read(|c| &c.pause_reads.dropped),
+            card_read_pages: read(|c| &c.card_reads.fetched),
+            card_read_dropped: read(|c| &c.card_reads.dropped),
             pauses: self.pauses.load(Ordering::Relaxed),
             pause_total_ms: self.total_ns.load(Ordering::Relaxed) as f64 / 1e6,
             pause_max_ms: self.max_ns.load(Ordering::Relaxed) as f64 / 1e6,
@@ -132,11 +134,7 @@ pub fn document(
         }),
         prefetch: pager.and_then(prefetch_doc),
         faults,
-        gc: gc.doc(
-            pager
-                .and_then(|p| p.prefetch_counters())
-                .map(|c| &c.pause_reads),
-        ),
+        gc: gc.doc(pager.and_then(|p| p.prefetch_counters())),
         gc_faults,
         gc_hooks: crate::hooks::doc(
             pager.and_then(|p| p.prefetch_counters()).map(|c| &c.hints),
@@ -312,6 +310,8 @@ fn reclaim_doc(p: &Pager) -> ReclaimDoc {
             })
             .collect(),
         prefetched_evicted_unused: ld(&r.prefetched_evicted_unused),
+        card_holds: d.holds,
+        evicted_pending_card: ld(&r.evicted_pending_card),
         direct_reclaims: ld(&r.direct_reclaims),
         background_passes: ld(&r.background_passes),
         background_evicted: ld(&r.background_evicted),

@@ -27,7 +27,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::run::{launch, RunConfig};
 use crate::workloads::{self, Workload};
 use memliner_agent::options::{
-    Budget, Checksums, Dirty, FaultDelivery, PauseReads, Policy, Reclaim, Streams,
+    Budget, CardHold, Checksums, Dirty, FaultDelivery, PauseReads, Policy, Reclaim, Streams,
 };
 use memliner_agent::stats::doc::StatsDoc;
 
@@ -82,6 +82,9 @@ pub enum Mode {
     /// `memliner-in-process` with `pause_reads=off`: what reading a pause's pages in bulk
     /// does, without the co-located server hiding it.
     MemlinerInProcessNoPauseReads,
+    /// `memliner-in-process` with `card_hold=off`: what keeping pages with dirty cards local
+    /// until the collector reads them does.
+    MemlinerInProcessNoCardHold,
     /// `policy=memliner` with `checksums=off`: what the end-to-end page checks cost
     /// (`--checksums`).
     MemlinerNoChecksums,
@@ -107,6 +110,7 @@ impl Mode {
             Mode::MemlinerKernelHeap => "memliner-at-kernel-heap",
             Mode::MemlinerScraped => "memliner-scraped",
             Mode::MemlinerInProcessNoPauseReads => "memliner-in-process-no-pause-reads",
+            Mode::MemlinerInProcessNoCardHold => "memliner-in-process-no-card-hold",
             Mode::MemlinerNoChecksums => "memliner-checksums-off",
         }
     }
@@ -519,6 +523,7 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     out.push(p(Mode::MemlinerScraped, 25));
                     if twin {
                         out.push(p(Mode::MemlinerInProcessNoPauseReads, 25));
+                        out.push(p(Mode::MemlinerInProcessNoCardHold, 25));
                     }
                 }
                 // The transports side by side: the default (the memliner cell), tcp, fabric,
@@ -898,6 +903,10 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
         Mode::MemlinerInProcessNoPauseReads => base.with(|o| {
             o.server_given = true;
             o.pause_reads = PauseReads::Off;
+        }),
+        Mode::MemlinerInProcessNoCardHold => base.with(|o| {
+            o.server_given = true;
+            o.card_hold = CardHold::Off;
         }),
         Mode::MemlinerThreadFaults => base.with(|o| o.faults = FaultDelivery::Thread),
         Mode::MemlinerNoChecksums => base.with(|o| o.checksums = Checksums::Off),

@@ -575,6 +575,7 @@ fn gc_activity_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
         Mode::Memliner,
         Mode::MemlinerInProcess,
         Mode::MemlinerInProcessNoPauseReads,
+        Mode::MemlinerInProcessNoCardHold,
         Mode::MemlinerGcHooks,
     ];
     let seen: Vec<GcActivity> = GcActivity::ALL

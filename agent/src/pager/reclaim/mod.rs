@@ -79,6 +79,25 @@ pub struct ReclaimCounters {
     pub background_evicted: AtomicU64,
     /// Prefetched pages evicted without a use seen (no fault, no write) since they came.
     pub prefetched_evicted_unused: AtomicU64,
+    /// Pages evicted with a card the collector had yet to read (not held, or held out).
+    pub evicted_pending_card: AtomicU64,
+}
+
+/// Says whether the page at an address holds a card the collector has yet to read: G1's dirty
+/// cards, which a refinement thread or the next pause will scan, reading the page.
+pub type CardCheck = Box<dyn Fn(usize) -> bool + Send + Sync>;
+
+/// The collector's pending cards as the reclaimer sees them.
+pub(super) struct Cards {
+    pending: CardCheck,
+    /// Pages with pending cards are held (`Try::Hold`); otherwise only counted.
+    hold: bool,
+}
+
+impl Cards {
+    fn pending(&self, addr: usize) -> bool {
+        (self.pending)(addr)
+    }
 }
 
 /// List lengths at one moment, for the timeline.
@@ -131,6 +150,8 @@ pub(super) struct Reclaimer {
     deactivation: Box<[AtomicU32]>,
     deactivations: AtomicU32,
     pub counters: ReclaimCounters,
+    /// The collector's pending cards, once the agent can read them.
+    cards: std::sync::OnceLock<Cards>,
     timeline: Mutex<Timeline>,
     /// The lists as the reclaimer last looked (at most [`LATEST_EVERY`] ago while it runs):
     /// what a scrape of `/metrics` reads, never the lists' own lock, which faults take.
@@ -182,6 +203,7 @@ impl Reclaimer {
             deactivation: (0..npages).map(|_| AtomicU32::new(0)).collect(),
             deactivations: AtomicU32::new(0),
             counters: ReclaimCounters::default(),
+            cards: Default::default(),
             timeline: Mutex::new(Timeline {
                 samples: Vec::new(),
                 every: Duration::from_millis(50),
@@ -314,6 +336,26 @@ impl Reclaimer {
             self.demote_pause_pages(true);
         }
         judged
+    }
+
+    /// Milliseconds since the pager started, for holds.
+    fn now_ms(&self) -> u32 {
+        self.ctx.epoch.elapsed().as_millis() as u32
+    }
+
+    /// Whether page `p` is to be held: it holds a card the collector has yet to read, and
+    /// holding is on.
+    fn holds(&self, p: usize) -> bool {
+        self.cards
+            .get()
+            .is_some_and(|c| c.hold && c.pending(self.ctx.page_addr(p)))
+    }
+
+    /// How to tell pages whose cards the collector has yet to read; `hold`: keep them for up to
+    /// [`lists::MAX_HOLD_MS`] longer on their lists (else they are only counted).
+    /// The first call wins.
+    pub fn set_cards(&self, pending: CardCheck, hold: bool) {
+        let _ = self.cards.set(Cards { pending, hold });
     }
 
     /// A pause is about to read mapped pages `pages` (the cards it will scan): a reference
@@ -537,10 +579,14 @@ impl Reclaimer {
     fn deactivate(&self, want: usize) -> Evicted {
         let table = &self.ctx.table;
         let mut claims: Vec<Option<Claim<'_>>> = Vec::with_capacity(want);
+        let now_ms = self.now_ms();
         let taken = {
             let mut l = self.lists.lock().unwrap();
             let slots_free = want; // slots are checked below; the lists' order decides first
-            l.take_for_deactivation(slots_free, |p| {
+            l.take_for_deactivation(slots_free, now_ms, |p, may_hold| {
+                if may_hold && self.holds(p) {
+                    return Try::Hold;
+                }
                 match table.claim_if(p, PageState::is_mapped) {
                     Some(c) => {
                         claims.push(Some(c));
@@ -657,19 +703,32 @@ impl Reclaimer {
         let table = &self.ctx.table;
         let mut clean = Vec::new();
         let mut dirty = Vec::new();
+        let now_ms = self.now_ms();
         let cold = {
             let mut l = self.lists.lock().unwrap();
-            let taken = l.take_for_eviction(want, |p| match table.get(p) {
+            let taken = l.take_for_eviction(want, now_ms, |p, may_hold| match table.get(p) {
                 // Taken back during a write-back and deactivated again: its new bytes must
                 // not reach the store before the old ones (they would be overwritten). It
                 // waits for the first write.
                 PageState::InactiveDirty if self.writing[p].load(Ordering::SeqCst) => Try::Busy,
                 PageState::Busy => Try::Busy,
                 PageState::InactiveClean | PageState::InactiveDirty => {
+                    let card = self
+                        .cards
+                        .get()
+                        .filter(|c| c.pending(self.ctx.page_addr(p)));
+                    if may_hold && card.is_some_and(|c| c.hold) {
+                        return Try::Hold;
+                    }
                     match table.claim_if(p, |s| {
                         matches!(s, PageState::InactiveClean | PageState::InactiveDirty)
                     }) {
                         Some(c) => {
+                            if card.is_some() {
+                                self.counters
+                                    .evicted_pending_card
+                                    .fetch_add(1, Ordering::Relaxed);
+                            }
                             if c.from() == PageState::InactiveClean {
                                 clean.push(c);
                             } else {
