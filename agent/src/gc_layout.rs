@@ -367,22 +367,19 @@ impl GcLayout {
     /// Call only inside a collection pause, with `spans` committed regions of this heap (the
     /// card table is committed with its regions).
     pub unsafe fn dirty_card_pages(&self, spans: &[RegionSpan], out: &mut Vec<usize>) -> bool {
-        let Some(ct) = self.cards else {
+        // SAFETY: inside a pause, after VMInit (the caller's contract).
+        let Some(ct) = (unsafe { self.pending_cards() }) else {
             return false;
         };
         let page_shift = swap_backend::PAGE_SIZE.trailing_zeros();
-        // SAFETY: the barrier set and card table are the VM's own, set before VMInit; the
-        // card bytes read cover committed regions only (the caller's contract). GC workers
-        // write cards meanwhile (marking them scanned): a byte read is the old or the new
-        // value, either a fine guess of what will be read.
+        // SAFETY: the card bytes read cover committed regions only (the caller's contract). GC
+        // workers write cards meanwhile (marking them scanned): a byte read is the old or the
+        // new value, either a fine guess of what will be read.
         unsafe {
-            let Some(base) = chase(ct.barrier_set, &[ct.card_table, ct.byte_map_base]) else {
-                return false;
-            };
             for s in spans {
                 let (first, last) = (s.start >> ct.shift, (s.end - 1) >> ct.shift);
                 let cards =
-                    std::slice::from_raw_parts((base + first) as *const u8, last - first + 1);
+                    std::slice::from_raw_parts((ct.base + first) as *const u8, last - first + 1);
                 let mut last_page = usize::MAX;
                 for (i, &c) in cards.iter().enumerate() {
                     if c == ct.dirty {

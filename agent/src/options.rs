@@ -782,6 +782,12 @@ fn expand(template: &str, file: &str, pid: u32, host: &str) -> String {
 }
 
 impl Options {
+    /// Whether pages with dirty cards are held and the cards a pause leaves are read
+    /// (`card_hold=on`, which only `memliner` uses).
+    pub fn holds_cards(&self) -> bool {
+        self.policy == Policy::MemLiner && self.card_hold == CardHold::On
+    }
+
     /// Copies of each page: as asked, else two wherever there are two servers or more.
     pub fn replicas(&self) -> usize {
         self.replicas

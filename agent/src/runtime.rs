@@ -401,13 +401,11 @@ fn start_paging(rt: &'static Runtime) -> Result<(), String> {
         let cards = rt.layout.get().and_then(|l| unsafe { l.pending_cards() });
         match cards {
             Some(c) if fixed_heap => {
-                let hold = rt.options.policy == options::Policy::MemLiner
-                    && rt.options.card_hold == options::CardHold::On;
                 p.set_pending_cards(
                     // SAFETY: the reclaimer asks about pages of the paged heap only, all of it
                     // committed (and its cards with it) for the VM's life: -Xms equals -Xmx.
                     Box::new(move |page| unsafe { c.page_is_pending(page) }),
-                    hold,
+                    rt.options.holds_cards(),
                 );
             }
             Some(_) => log!(
@@ -574,9 +572,7 @@ unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
                     .filter(|r| r.reason == gc_layout::Reason::FreeRegion)
                     .map(|r| (r.start, r.end))
                     .collect();
-                if rt.options.policy == options::Policy::MemLiner
-                    && rt.options.card_hold == options::CardHold::On
-                {
+                if rt.options.holds_cards() {
                     p.read_cards_left(&after);
                 }
                 p.gc_pause_finished(Some((kind, &free)), after);

@@ -298,10 +298,7 @@ fn cell_on(
         // Refinement threads read pages: some had dirty cards when the reclaimer looked, and
         // under `card_hold=on` it held them (the card table is read outside pauses).
         let refined = s.gc_faults[&GcActivity::ConcurrentRefinement].remote;
-        if cfg.options.policy == Policy::MemLiner
-            && cfg.options.card_hold == memliner_agent::options::CardHold::On
-            && refined > 100
-        {
+        if cfg.options.holds_cards() && refined > 100 {
             assert!(
                 pager.reclaim.card_holds > 0,
                 "{what}: {refined} refinement faults, no page with a dirty card held: {:?}",

@@ -190,7 +190,6 @@ pub struct Lists {
     /// When a page was first held on its list (ms on the caller's clock, 0: not held): reset
     /// when it is unmapped and when it leaves.
     held_since: Box<[u32]>,
-    max_hold_ms: u32,
     ends: [Ends; 4],
     /// Pages that left the (kernel's) inactive list: evictions and activations.
     clock: u64,
@@ -257,7 +256,6 @@ impl Lists {
             shadow: vec![0; npages].into(),
             heat: vec![0; npages].into(),
             held_since: vec![0; npages].into(),
-            max_hold_ms: MAX_HOLD_MS,
             ends: [Ends {
                 head: NIL,
                 tail: NIL,
@@ -547,7 +545,7 @@ impl Lists {
     /// Whether page `p` may be held once more now.
     fn may_hold(&self, p: usize, holds: &Holds) -> bool {
         let since = self.held_since[p];
-        holds.left > 0 && (since == 0 || holds.now_ms.wrapping_sub(since) < self.max_hold_ms)
+        holds.left > 0 && (since == 0 || holds.now_ms.wrapping_sub(since) < MAX_HOLD_MS)
     }
 
     fn held(&mut self, p: usize, holds: &mut Holds) {
