@@ -182,7 +182,7 @@ enum Cmd {
         #[arg(long)]
         reps: Option<usize>,
         /// Workloads, comma-separated (default kv,graph,index): the Java ones, and
-        /// spark-pagerank, spark-groupby (as --spark adds them).
+        /// spark-pagerank, spark-groupby, spark-lr, spark-kmeans, spark-cc (as --spark adds them).
         #[arg(long, value_delimiter = ',')]
         workloads: Option<Vec<String>>,
         /// Local shares in percent, comma-separated (default 100,50,31,25); 100 is always run,
