@@ -190,6 +190,9 @@ fn a_fault_that_finds_the_budget_full_reclaims_itself_and_is_counted() {
     for p in 0..region.pages {
         region.write(p, 0, p as u64 + 1);
     }
+    // Read back, pages come in clean (write-protected) while the reclaimer thread waits on
+    // the slow store: a fault that finds the budget full drops one of them rather than
+    // write back a dirty page itself.
     for p in 0..region.pages {
         assert_eq!(region.read(p, 0), p as u64 + 1, "page {p}");
     }
@@ -197,6 +200,11 @@ fn a_fault_that_finds_the_budget_full_reclaims_itself_and_is_counted() {
     assert!(
         r.direct_reclaims.load(Ordering::SeqCst) > 0,
         "no direct reclaim counted"
+    );
+    assert!(
+        r.direct_dropped.load(Ordering::SeqCst) > 0,
+        "no direct reclaim dropped a clean page ({} direct reclaims)",
+        r.direct_reclaims.load(Ordering::SeqCst)
     );
     assert!(
         pager.peak_resident_pages() <= 64,

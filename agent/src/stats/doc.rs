@@ -276,6 +276,10 @@ pub struct ReclaimDoc {
     #[serde(default)]
     pub evicted_pending_card: u64,
     pub direct_reclaims: u64,
+    /// Pages a fault's (or prefetch worker's) own reclaim made room with by dropping an
+    /// inactive page that needed no write-back, instead of writing back or deactivating.
+    #[serde(default)]
+    pub direct_dropped: u64,
     pub background_passes: u64,
     pub background_evicted: u64,
     /// The lists' lengths over the run (at most 257 samples, the last one at writing).
@@ -609,6 +613,7 @@ impl StatsDoc {
                     card_holds: 40,
                     evicted_pending_card: 7,
                     direct_reclaims: 2,
+                    direct_dropped: 1,
                     background_passes: 10,
                     background_evicted: 600,
                     timeline: vec![ListSampleDoc {

@@ -313,6 +313,7 @@ fn reclaim_doc(p: &Pager) -> ReclaimDoc {
         card_holds: d.holds,
         evicted_pending_card: ld(&r.evicted_pending_card),
         direct_reclaims: ld(&r.direct_reclaims),
+        direct_dropped: ld(&r.direct_dropped),
         background_passes: ld(&r.background_passes),
         background_evicted: ld(&r.background_evicted),
         timeline: p

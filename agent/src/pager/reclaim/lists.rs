@@ -112,7 +112,13 @@ pub enum Try {
     /// its list. Offered only while the page's hold has time left (see [`MAX_HOLD_MS`]) and
     /// the call has holds left.
     Hold,
+    /// Not the kind of page this call wants (a fault's own reclaim wants one it can drop
+    /// without a write-back): it stays where it is. After [`MAX_PASSES`] the walk ends.
+    Pass,
 }
+
+/// Candidates one call may pass over: what bounds a walk that looks for a kind of page.
+pub const MAX_PASSES: usize = 64;
 
 /// Pages held per page asked for, at most, in one call: what bounds the walk when most
 /// candidates would be held.
@@ -532,7 +538,7 @@ impl Lists {
                     self.unlink(p);
                     out.push((p, list == List::Cold));
                 }
-                Try::Busy => {}
+                Try::Busy | Try::Pass => {}
                 Try::Stale => self.unlink(p),
                 Try::Hold => {
                     self.held(p, holds);
@@ -569,7 +575,8 @@ impl Lists {
         let mut at = self.ends[List::Inactive.index()].head;
         let mut steps = self.len(List::Inactive);
         let mut holds = Holds::new(n, now_ms);
-        while out.len() < n && at != NIL && steps > 0 {
+        let mut passes = 0;
+        while out.len() < n && at != NIL && steps > 0 && passes < MAX_PASSES {
             steps -= 1;
             let p = at as usize;
             at = self.next[p];
@@ -580,6 +587,7 @@ impl Lists {
                     out.push((p, cold));
                 }
                 Try::Busy => {}
+                Try::Pass => passes += 1,
                 Try::Stale => self.unlink(p),
                 Try::Hold => {
                     self.held(p, &mut holds);
@@ -848,6 +856,32 @@ mod tests {
         l.admit(10, Admit::Cold, false);
         l.referenced(10);
         assert_eq!(l.list_of(10), List::Probation);
+    }
+
+    #[test]
+    fn passed_pages_stay_in_place_and_a_call_passes_over_at_most_max_passes() {
+        let n = MAX_PASSES + 2;
+        let mut l = Lists::new(n, 100);
+        for p in 0..n {
+            l.admit(p, Admit::Normal, false);
+            l.remove(p);
+            l.deactivated(p, false);
+        }
+        // Only the last page is wanted, and it lies past MAX_PASSES others: not reached.
+        let last = n - 1;
+        let wants_last = |p: usize, _| if p == last { Try::Taken } else { Try::Pass };
+        assert!(l.take_for_eviction(1, 0, wants_last).is_empty());
+        assert_eq!(
+            l.iter(List::Inactive).collect::<Vec<_>>(),
+            (0..n).collect::<Vec<_>>()
+        );
+        // One page is wanted within reach: taken, the passed ones keep their order.
+        assert_eq!(
+            l.take_for_eviction(1, 0, |p, _| if p == 3 { Try::Taken } else { Try::Pass }),
+            vec![(3, false)]
+        );
+        assert_eq!(l.len(List::Inactive), n - 1);
+        assert_eq!(l.front(List::Inactive), Some(0));
     }
 
     #[test]
