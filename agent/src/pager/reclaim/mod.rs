@@ -459,15 +459,14 @@ impl Reclaimer {
     /// write-back (the store's copy is current, or all zeros). That costs no I/O and no TLB
     /// shootdown, where a write-back makes the fault wait on the store and a deactivation pays
     /// an IPI for every dirty page it write-protects (7-11 µs on this VM); the reclaimer
-    /// thread, woken, does those. Only when none is near the front does the fault reclaim as
-    /// the reclaimer would.
+    /// thread (woken by the charge that failed) does those. Only when none is near the front
+    /// does the fault reclaim as the reclaimer would.
     pub fn direct(&self, on_fault_path: bool) -> bool {
         if on_fault_path {
             self.counters
                 .direct_reclaims
                 .fetch_add(1, Ordering::Relaxed);
         }
-        self.budget.wake_reclaimer();
         if let Evicted::Pages(1..) = self.evict(1, Victims::Droppable) {
             self.counters.direct_dropped.fetch_add(1, Ordering::Relaxed);
             return true;
