@@ -13,7 +13,7 @@ use std::time::Duration;
 use memliner_agent::model::{FaultKind, ThreadClass};
 use memliner_agent::pager::{Pager, PagerConfig, Replacement, Window};
 use memliner_agent::policy::Baseline;
-use swap_backend::{LocalStore, PageStore, StoreError};
+use swap_backend::{LocalStore, PageStore, StoreError, PAGE_SIZE};
 
 mod common;
 use common::{start_pager, AllApp, Region};
@@ -359,4 +359,69 @@ fn a_hot_set_that_fits_survives_a_cold_scan() {
         workingset * 2 <= fifo,
         "working-set detection {workingset}, fifo {fifo}"
     );
+}
+
+/// Kilobytes of `[base, base + len)` that /proc/self/smaps reports locked.
+fn locked_kb(base: usize, len: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut inside = false;
+    let mut kb = 0;
+    for line in smaps.lines() {
+        if let Some((range, _)) = line.split_once(' ') {
+            if let Some((s, e)) = range.split_once('-') {
+                if let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16))
+                {
+                    inside = s < base + len && e > base;
+                    continue;
+                }
+            }
+        }
+        if let Some(v) = line.strip_prefix("Locked:") {
+            if inside {
+                kb += v
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap();
+            }
+        }
+    }
+    kb
+}
+
+/// Services pin their memory against swap (Cassandra calls `mlockall(MCL_CURRENT)` at start),
+/// and a locked mapping refuses `MADV_DONTNEED`: the pager unlocks the heap and pages on, and
+/// every byte written reads back.
+#[test]
+fn a_heap_the_program_locks_is_unlocked_and_paged_on() {
+    const LOCKED: usize = 32;
+    let region = Region::new(512);
+    let pager = start(&region, 64, true, Box::new(LocalStore::new(1 << 20)));
+    for p in 0..LOCKED {
+        region.write(p, 100, p as u64 + 1);
+    }
+    // SAFETY: locks resident pages of our own mapping; contents and mapping are unchanged.
+    let rc = unsafe { libc::mlock(region.base as *const _, LOCKED * PAGE_SIZE) };
+    assert_eq!(rc, 0, "mlock: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        locked_kb(region.base, region.len()),
+        (LOCKED * PAGE_SIZE / 1024) as u64
+    );
+    write_and_check(&region, 2, 20_000);
+    for p in 0..LOCKED {
+        // The writers own slots 0 and 1: slot 100 still holds what was written before the lock.
+        assert_eq!(region.read(p, 100), p as u64 + 1, "page {p}");
+    }
+    let r = pager.reclaim_counters();
+    assert!(
+        r.background_evicted.load(Ordering::SeqCst) > 0,
+        "nothing was evicted"
+    );
+    assert_eq!(
+        locked_kb(region.base, region.len()),
+        0,
+        "the region is still locked after paging"
+    );
+    assert!(pager.peak_resident_pages() <= 64 + 1 + FILL_AHEAD);
 }

@@ -50,6 +50,8 @@ pub(super) struct Ctx {
     /// Kicked to wake the handler threads from poll (on stop).
     pub wakeup: std::os::fd::OwnedFd,
     pub madvise: os::Madvise,
+    /// Set once the heap was found locked (mlock/mlockall) and unlocked (`discard`).
+    pub unlocked: AtomicBool,
     pub epoch: Instant,
 }
 
@@ -101,6 +103,33 @@ impl Ctx {
             // A run that fails part way is retried page by page by the caller.
             Err(_) if count > 1 => CopyOutcome::Gone,
             Err(e) => self.die(&format!("cannot map heap page {p} at {addr:#x}: {e}")),
+        }
+    }
+
+    /// Discards the contents of `runs` (start, length) of claimed pages: `MADV_DONTNEED`.
+    ///
+    /// A locked mapping refuses it (EINVAL): a service that pins its memory against swap
+    /// (Cassandra calls `mlockall(MCL_CURRENT)` at start; Elasticsearch's `memory_lock`) locks
+    /// the heap too, and a locked heap cannot have far memory. The first refusal unlocks the
+    /// whole region at once (one range: unlocking run by run would split the mapping into as many
+    /// areas, up to vm.max_map_count), says so once, and tries again; the rest of the process
+    /// stays locked. (Under `MCL_FUTURE` the heap's later mappings come locked: each is
+    /// unlocked the same way.)
+    pub fn discard(&self, runs: &[(usize, usize)]) -> std::io::Result<()> {
+        match self.madvise.dontneed(runs) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                os::munlock(self.base, self.npages * PAGE_SIZE)?;
+                if !self.unlocked.swap(true, Ordering::Relaxed) {
+                    crate::logging::log!(
+                        crate::options::LogLevel::Warn,
+                        "the JVM locked its memory (mlock/mlockall, as Cassandra does at start): \
+                         the heap is unlocked so that its pages can live on the memory server; the \
+                         rest of the process stays locked"
+                    );
+                }
+                self.madvise.dontneed(runs)
+            }
+            r => r,
         }
     }
 

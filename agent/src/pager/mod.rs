@@ -188,6 +188,7 @@ impl Pager {
             stop: AtomicBool::new(false),
             wakeup: os::eventfd()?,
             madvise: os::Madvise::probe(),
+            unlocked: AtomicBool::new(false),
             epoch: Instant::now(),
             config,
         });

@@ -92,6 +92,19 @@ pub(super) fn unblock_sigbus() {
     }
 }
 
+/// Unlocks `len` bytes at `addr` (munlock(2)): the pages stay as they are, only evictable.
+/// ENOMEM (part of the range is not mapped) is not an error: the mapped part is unlocked.
+pub(super) fn munlock(addr: usize, len: usize) -> std::io::Result<()> {
+    // SAFETY: munlock changes no contents and no mapping, only the VMA's lock flag.
+    if unsafe { libc::munlock(addr as *const _, len) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENOMEM) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// Drops the contents of `len` bytes at `addr` (the next access faults again).
 pub(super) fn discard(addr: usize, len: usize) {
     // SAFETY: only called on memory the caller owns whose contents it wants gone.

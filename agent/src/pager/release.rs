@@ -91,7 +91,7 @@ fn drop_pages(parts: &Parts, pages: impl Iterator<Item = usize>, out: &mut Dropp
         return held;
     }
     let pages: Vec<usize> = mapped.iter().map(Claim::page).collect();
-    match ctx.madvise.dontneed(&os::runs(ctx.base, &pages)) {
+    match ctx.discard(&os::runs(ctx.base, &pages)) {
         Ok(()) => {
             out.dropped += mapped.len();
             out.mapped += mapped.len();

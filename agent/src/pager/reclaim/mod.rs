@@ -670,7 +670,7 @@ impl Reclaimer {
         // source is a claimed mapped page (Busy), so reading it cannot fault into our handler.
         let copied = unsafe { os::copy_out(&srcs, &dsts) };
         let pages: Vec<usize> = order.iter().map(|&i| victims[i].0.page()).collect();
-        if let Err(e) = self.ctx.madvise.dontneed(&os::runs(self.ctx.base, &pages)) {
+        if let Err(e) = self.ctx.discard(&os::runs(self.ctx.base, &pages)) {
             self.ctx.die(&format!("cannot discard heap pages: {e}"));
         }
         let mut n = 0;
