@@ -6,8 +6,9 @@
 #
 # Options: --heap SIZE (-Xms = -Xmx; default 2g), --port N (CQL; default 9042), --storage-port N
 # (the node's own; default CQL port + 1), --data DIR (default $TMPDIR/memliner-cassandra-PORT,
-# emptied first unless --keep), --gc G1|Shenandoah (default G1), --fetch (only fetch, print the
-# classpath directory). The JVM options Cassandra's launcher would add come from
+# emptied first unless --keep), --gc G1|Shenandoah (default G1), --no-mlock (Cassandra locks its
+# memory at start, mlockall, against swap: this lets that fail, as for a user who runs it beside
+# kernel swap; the bench runs every cell so), --fetch (only fetch, print the classpath directory). The JVM options Cassandra's launcher would add come from
 # $MEMLINER_AGENT_OPTS (what `memliner run --agent-env` sets) and $JVM_EXTRA_OPTS (what
 # Cassandra's own bin/cassandra reads too). The node is ready when CQL answers on the port
 # (scripts/ycsb.sh waits for it); SIGTERM stops it cleanly (Cassandra drains on its shutdown
@@ -27,7 +28,7 @@ lib=$cache/$version/lib
 
 die() { echo "cassandra.sh: $*" >&2; exit 2; }
 
-heap=2g port=9042 storage_port= data= gc=G1 fetch_only=0 keep=0
+heap=2g port=9042 storage_port= data= gc=G1 fetch_only=0 keep=0 mlock=1
 while [ $# -gt 0 ]; do
   case $1 in
     --heap) heap=${2:?--heap needs a size}; shift 2 ;;
@@ -36,8 +37,9 @@ while [ $# -gt 0 ]; do
     --data) data=${2:?--data needs a directory}; shift 2 ;;
     --gc) gc=${2:?--gc needs G1 or Shenandoah}; shift 2 ;;
     --keep) keep=1; shift ;;
+    --no-mlock) mlock=0; shift ;;
     --fetch) fetch_only=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
@@ -144,8 +146,18 @@ done
 java=${JAVA_HOME:+$JAVA_HOME/bin/}java
 # shellcheck disable=SC2206 # the option strings are word lists, as Cassandra's launcher reads them
 extra=(${MEMLINER_AGENT_OPTS:-} ${JVM_EXTRA_OPTS:-})
+# With --no-mlock: no memory lock allowed (root locks past any limit unless it drops
+# CAP_IPC_LOCK, here from the bounding set the JVM's capabilities come from).
+lock=()
+if [ "$mlock" = 0 ]; then
+  ulimit -l 0
+  if [ "$(id -u)" = 0 ]; then
+    command -v setpriv >/dev/null || die "--no-mlock as root needs setpriv (util-linux)"
+    lock=(setpriv --bounding-set=-ipc_lock --)
+  fi
+fi
 # exec: SIGTERM reaches the JVM itself, whose shutdown hook drains the node.
-exec "$java" -Xms"$heap" -Xmx"$heap" "${gc_opts[@]}" -Xss256k -XX:+CrashOnOutOfMemoryError \
+exec "${lock[@]}" "$java" -Xms"$heap" -Xmx"$heap" "${gc_opts[@]}" -Xss256k -XX:+CrashOnOutOfMemoryError \
   "${opens[@]}" -Djdk.attach.allowAttachSelf=true -javaagent:"$lib/jamm-0.4.0.jar" \
   -Dcassandra.config="file://$data/conf/cassandra.yaml" \
   -Dlogback.configurationFile="$data/conf/logback.xml" \

@@ -80,7 +80,12 @@ vmstat() { awk -v k="$1" '$1 == k {print $2}' /proc/vmstat; }
 pswpin0=$(vmstat pswpin)
 pswpout0=$(vmstat pswpout)
 
-# The command runs in the cgroup; this shell stays outside it to clean up.
+# The command runs in the cgroup; this shell stays outside it to clean up. A command that
+# starts a client of its own (a load generator beside a service) moves the client back out
+# through the procs file of this shell's memory cgroup, in MEMLINER_OUTSIDE_CGROUP_PROCS.
+MEMLINER_OUTSIDE_CGROUP_PROCS="$memcg$(awk -F: '$2 == "memory" { print $3 }' /proc/self/cgroup)/cgroup.procs"
+MEMLINER_OUTSIDE_CGROUP_PROCS=${MEMLINER_OUTSIDE_CGROUP_PROCS/\/\/cgroup.procs/\/cgroup.procs}
+export MEMLINER_OUTSIDE_CGROUP_PROCS
 bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$cg" "$@" &
 child=$!
 # The cgroup's anonymous RSS while it runs (memory.stat has no peak of it), and the RSS of the

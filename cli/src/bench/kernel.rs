@@ -138,6 +138,8 @@ pub struct KernelRun {
     /// The script's figures and the limit.
     pub figures: KernelFigures,
     pub wall_ms: f64,
+    /// A service's phases (its `ycsb-result` lines; none for other workloads).
+    pub service: Vec<super::service::Phase>,
 }
 
 /// Runs `cmd` (a workload printing a RESULT line) under a memory limit of `limit` bytes
@@ -174,6 +176,7 @@ pub fn run_command(
         ended,
         figures,
         wall_ms: out.wall.as_secs_f64() * 1e3,
+        service: super::service::parse(&out.stdout),
     })
 }
 
@@ -188,6 +191,7 @@ pub(super) fn run(
     let k = run_command(root, limit, cmd, what)?;
     let mut rec = Record {
         kernel: Some(k.figures.clone()),
+        service: k.service.clone(),
         ..super::blank(p, Outcome::Ok)
     };
     match k.ended {

@@ -14,6 +14,7 @@ pub mod kernel;
 mod plots;
 mod replacement;
 mod report;
+pub mod service;
 pub mod spark;
 pub mod stores;
 mod versus_kernel;
@@ -122,6 +123,8 @@ pub enum BenchWorkload {
     Java(Workload),
     /// A Spark job, in local mode or on executors (see `spark`).
     Spark(spark::Job, spark::Deploy),
+    /// Apache Cassandra under the verifying YCSB-style load (see `service`).
+    Cassandra,
 }
 
 impl BenchWorkload {
@@ -132,6 +135,7 @@ impl BenchWorkload {
             BenchWorkload::Spark(j, spark::Deploy::Cluster) => {
                 format!("spark-cluster-{}", j.name())
             }
+            BenchWorkload::Cassandra => "cassandra".into(),
         }
     }
 
@@ -143,6 +147,7 @@ impl BenchWorkload {
             .into_iter()
             .chain(spark(spark::Deploy::Local))
             .chain(spark(spark::Deploy::Cluster))
+            .chain([BenchWorkload::Cassandra])
             .collect()
     }
 }
@@ -340,6 +345,9 @@ pub struct Record {
     /// Scrapes of the JVM's `/metrics` during the run (`memliner-scraped`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrapes: Option<u64>,
+    /// A service's phases: throughput and latency per operation (see `service`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service: Vec<service::Phase>,
 }
 
 /// JSON has no NaN: serde_json writes it as null; read null back as NaN.
@@ -455,10 +463,14 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
         for c in &cfg.collectors {
             for w in &cfg.workloads {
                 let java = matches!(w, BenchWorkload::Java(_));
-                // The kernel's twin for the Java workloads and Spark's local mode (the
-                // cgroup holds PySpark's python too, as the JVM's launcher: what the job needs
-                // beside the heap, either way); not for a cluster run's several heaps.
-                let twin = java || matches!(w, BenchWorkload::Spark(_, spark::Deploy::Local));
+                let service = *w == BenchWorkload::Cassandra;
+                // The kernel's twin for the Java workloads, Spark's local mode (the cgroup
+                // holds PySpark's python too, as the JVM's launcher: what the job needs beside
+                // the heap, either way) and the service (its load runs outside the cgroup); not
+                // for a cluster run's several heaps.
+                let twin = java
+                    || service
+                    || matches!(w, BenchWorkload::Spark(_, spark::Deploy::Local));
                 // Spark jobs are long: the first collector only.
                 if !java && *c != cfg.collectors[0] {
                     continue;
@@ -473,6 +485,8 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                 out.push(p(Mode::NoAgent, 100));
                 let locals: Vec<u32> = if java {
                     cfg.locals.clone()
+                } else if service {
+                    service::LOCALS.to_vec()
                 } else {
                     SPARK_LOCALS.to_vec()
                 };
@@ -488,7 +502,12 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                     if twin && local < 100 {
                         order.push(Mode::MemlinerInProcess);
                     }
-                    if cfg.gc_hooks && HOOKED_COLLECTORS.contains(&c.as_str()) {
+                    // A service is measured over TCP too: where the memory server is another
+                    // machine's.
+                    if service && local < 100 {
+                        order.push(Mode::MemlinerTcp);
+                    }
+                    if cfg.gc_hooks && !service && HOOKED_COLLECTORS.contains(&c.as_str()) {
                         order.push(Mode::MemlinerGcHooks);
                     }
                     let k = order.len();
@@ -562,6 +581,9 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
     } else {
         None
     };
+    if cfg.workloads.contains(&BenchWorkload::Cassandra) {
+        service::prepare(&root)?;
+    }
     let kernel_skip = if cfg.kernel {
         kernel::available(&root).err()
     } else {
@@ -660,6 +682,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                         executors,
                         server_cpu_ms: out.server_cpu.map(|t| t.as_secs_f64() * 1e3),
                         scrapes,
+                        service: service::parse(&out.stdout),
                         ..blank(p, Outcome::Ok)
                     },
                     // A JVM that died is a finding: recorded, reported and counted, and the
@@ -823,6 +846,7 @@ fn blank(p: &Planned, outcome: Outcome) -> Record {
         kernel: None,
         server_cpu_ms: None,
         scrapes: None,
+        service: Vec::new(),
     }
 }
 
@@ -881,6 +905,7 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
     let base = RunConfig {
         agent_env: match p.workload {
             BenchWorkload::Spark(..) if spark => Some(spark::AGENT_ENV.into()),
+            BenchWorkload::Cassandra => Some(service::AGENT_ENV.into()),
             _ => None,
         },
         ..RunConfig::default()
@@ -1014,6 +1039,9 @@ fn command_for(
             Ok(spark_env
                 .ok_or("spark workloads need the spark environment")?
                 .command(*job, *deploy, &p.collector, heap_mb, home))
+        }
+        BenchWorkload::Cassandra => {
+            service::command(&crate::locate::project_root()?, heap_mb, &p.collector)
         }
     }
 }

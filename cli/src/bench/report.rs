@@ -456,6 +456,7 @@ pub fn markdown(cfg: &BenchConfig, rs: &[Record], x: &Extras) -> String {
     scraping(&mut md, cfg, rs);
     checksums(&mut md, cfg, rs);
     spark_cluster(&mut md, cfg, rs);
+    super::service::section(&mut md, cfg, rs);
     md
 }
 

@@ -121,7 +121,7 @@ fn reads_bound(workload: &str) -> f64 {
 
 /// The targets of a (workload, collector): at the smallest local where the kernel survived
 /// every repetition, reads and wall against the kernel's; at 25% (kv, index), wall against
-/// all-local over TCP.
+/// all-local on the embedded server.
 pub fn checks(rows: &[Row], workload: &str, collector: &str) -> Vec<Check> {
     let mine: Vec<&Row> = rows
         .iter()
@@ -140,7 +140,7 @@ pub fn checks(rows: &[Row], workload: &str, collector: &str) -> Vec<Check> {
             bound: reads_bound(workload),
         });
         out.push(Check {
-            what: format!("wall / kernel wall at {at}, TCP"),
+            what: format!("wall / kernel wall at {at}, embedded server"),
             value: r.memliner_ms / r.kernel_ms,
             bound: 1.5,
         });
@@ -153,7 +153,7 @@ pub fn checks(rows: &[Row], workload: &str, collector: &str) -> Vec<Check> {
     if workload != "graph" {
         if let Some(r) = mine.iter().find(|r| r.local == 25) {
             out.push(Check {
-                what: "wall / all-local at 25%, TCP".into(),
+                what: "wall / all-local at 25%, embedded server".into(),
                 value: r.memliner_ms / r.all_local_ms,
                 bound: 4.0,
             });
@@ -242,7 +242,7 @@ pub fn section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
     }
     let _ = writeln!(
         md,
-        "\n| workload | collector | local | all-local s | kernel | memliner (TCP) | in-process | baseline (TCP) | memliner / kernel | in-process / kernel | at kernel heap / kernel |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "\n| workload | collector | local | all-local s | kernel | memliner | in-process | baseline | memliner / kernel | in-process / kernel | at kernel heap / kernel |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for r in &rows {
         let x = |ms: f64| ratio(ms, r.all_local_ms);
@@ -328,10 +328,10 @@ mod tests {
         // 31% is the smallest budget the kernel survived every time; 25% checks all-local.
         assert_eq!(c[0].what, "page reads / kernel swap-ins at 31%");
         assert!((c[0].value - 1.8).abs() < 1e-9 && c[0].holds());
-        assert_eq!(c[1].what, "wall / kernel wall at 31%, TCP");
+        assert_eq!(c[1].what, "wall / kernel wall at 31%, embedded server");
         assert!((c[1].value - 1.25).abs() < 1e-9 && c[1].holds());
         assert!(c[2].what.contains("in-process") && c[2].holds());
-        assert_eq!(c[3].what, "wall / all-local at 25%, TCP");
+        assert_eq!(c[3].what, "wall / all-local at 25%, embedded server");
         assert!((c[3].value - 3.5).abs() < 1e-9 && c[3].holds());
         // Graph allows fewer reads per swap-in, and has no 25% wall target.
         let graph: Vec<Row> = rows
