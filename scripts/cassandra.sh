@@ -72,9 +72,10 @@ if [ ! -f "$lib/.complete" ]; then
 EOF
   echo "cassandra.sh: fetching Cassandra $version and its dependencies from Maven Central into $lib" >&2
   rm -rf "$lib"
-  mvn -q -B -Dstyle.color=never -f "$cache/$version/pom.xml" dependency:copy-dependencies \
-    -DincludeScope=runtime -DoutputDirectory="$lib" >&2 \
-    || die "mvn could not fetch org.apache.cassandra:cassandra-all:$version with its dependencies (see above)"
+  log=$cache/$version/mvn.log
+  mvn -B -f "$cache/$version/pom.xml" dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$lib" >"$log" 2>&1 \
+    || die "mvn could not fetch org.apache.cassandra:cassandra-all:$version with its dependencies (log: $log)"
   [ -f "$lib/cassandra-all-$version.jar" ] || die "mvn finished but $lib holds no cassandra-all-$version.jar"
   touch "$lib/.complete"
 fi

@@ -59,6 +59,11 @@ named!(
     gc_layout::Reason
 );
 
+/// Every allocation of the agent counted, for the stats (see `memory`); in the `memliner`
+/// command and the tests that link this crate it counts theirs, which nobody reads.
+#[global_allocator]
+static ALLOCATOR: memory::Counted = memory::Counted;
+
 pub mod gc_activity;
 pub mod gc_layout;
 pub mod heap;
@@ -66,6 +71,7 @@ pub mod hooks;
 pub mod jvmti;
 mod logging;
 pub mod maps;
+pub mod memory;
 pub mod model;
 pub mod options;
 pub mod pager;

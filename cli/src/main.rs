@@ -183,8 +183,10 @@ enum Cmd {
         reps: Option<usize>,
         /// Workloads, comma-separated (default kv,graph,index): the Java ones, and
         /// spark-pagerank, spark-groupby, spark-lr, spark-kmeans, spark-cc (as --spark adds them),
-        /// and cassandra (a node under a verifying YCSB-style load, A and B, at 100, 50 and 25%
-        /// local; heap at least 1 GiB; Cassandra from Maven Central, scripts/cassandra.sh).
+        /// cassandra (a node under a verifying YCSB-style load, A and B, at 100, 50 and 25%
+        /// local; heap at least 1 GiB; Cassandra from Maven Central, scripts/cassandra.sh) and
+        /// lucene (indexing and search, the index in the heap; lucene-core from Maven Central,
+        /// scripts/lucene.sh; at 100, 50 and 25%).
         #[arg(long, value_delimiter = ',')]
         workloads: Option<Vec<String>>,
         /// Local shares in percent, comma-separated (default 100,50,31,25); 100 is always run,

@@ -159,6 +159,14 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
         cpu.prefetch_s,
         cpu.per_remote_fault_us.unwrap_or(0.0),
     ));
+    let heap_bytes = (pager.heap_pages * swap_backend::PAGE_SIZE as u64).max(1) as f64;
+    out.push(format!(
+        "agent memory {} at most ({:.2}% of the heap; {} at the end), started in {:.1} ms",
+        swap_backend::units::format_size(stats.process.agent_peak_bytes),
+        stats.process.agent_peak_bytes as f64 * 100.0 / heap_bytes,
+        swap_backend::units::format_size(stats.process.agent_bytes),
+        pager.start_ms,
+    ));
     let lat = &pager.latency.all;
     let thread = &pager.latency.thread_remote;
     if thread.count > 0 {
@@ -231,6 +239,10 @@ mod tests {
         );
         assert!(text.contains("2 direct-reclaim stalls"), "{text}");
         assert!(text.contains("agent CPU 1.50 s (faults served by their own threads 0.20, handlers 0.80, reclaimer 0.40, prefetch 0.10), 12.5 us per remote fault"), "{text}");
+        assert!(
+            text.contains("agent memory 2.0 MiB at most (3.12% of the heap; 1.0 MiB at the end), started in 3.5 ms"),
+            "{text}"
+        );
         assert!(
             text.contains("(probe, 7 samples): p50 30.0 us, p99 90.0 us"),
             "{text}"

@@ -84,7 +84,7 @@ fn memliner() -> Command {
 /// A client of a running server that holds nothing, to read the server's figures.
 enum Probe {
     Tcp(TcpStore),
-    Unix(MemfileStore),
+    Unix(Box<MemfileStore>),
 }
 
 impl Probe {
@@ -96,7 +96,9 @@ impl Probe {
             ..Default::default()
         };
         match scheme {
-            "unix" => MemfileStore::connect(host, options).ok().map(Probe::Unix),
+            "unix" => MemfileStore::connect(host, options)
+                .ok()
+                .map(|s| Probe::Unix(Box::new(s))),
             _ => TcpStore::connect(&format!("{host}:{port}"), options)
                 .ok()
                 .map(Probe::Tcp),

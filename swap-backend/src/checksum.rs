@@ -2,8 +2,7 @@
 //!
 //! TCP's 16-bit checksum misses some corruption, a server's RAM can flip a bit, a server with a
 //! bug or a confused proxy can return another page's bytes. The client keeps a CRC-32 of every
-//! page it writes (4 bytes a page, with a presence bit: 8 bytes, in segments allocated on first
-//! write) and checks every page a read returns before the caller sees it. A mismatch is never
+//! page it writes (4 bytes a page and a presence bit, in segments allocated on first write) and checks every page a read returns before the caller sees it. A mismatch is never
 //! installed: a replicated store reads another copy (`replica`), a single server is asked once
 //! more (a flip on the wire reads right the second time) and then the read fails, naming the page
 //! and the server, so that the pager stops the JVM rather than run it on wrong bytes.
@@ -12,7 +11,7 @@
 //! against a remote read's 3 us in process and 10-100 us over TCP.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
@@ -25,8 +24,6 @@ const SEGMENT_SHIFT: u32 = 16;
 const SEGMENT_MASK: u64 = (1 << SEGMENT_SHIFT) - 1;
 /// Segments: 2^30 pages, a 4 TiB heap (ids beyond go to a map: tests only).
 const SEGMENTS: usize = 1 << 14;
-/// Set in an entry that holds a checksum (the low 32 bits).
-const KNOWN: u64 = 1 << 32;
 /// Mismatches logged one by one before the log falls silent (the counters go on).
 const LOGGED: u64 = 20;
 
@@ -67,9 +64,40 @@ pub struct IntegrityStats {
     pub pages_unchecked: u64,
 }
 
+/// The sums of a segment's pages, and which of them hold one (a bit per page: a sum of zero
+/// is a sum like any other).
+struct Segment {
+    sums: Box<[AtomicU32]>,
+    known: Box<[AtomicU64]>,
+}
+
+impl Segment {
+    fn new() -> Segment {
+        Segment {
+            sums: (0..=SEGMENT_MASK).map(|_| AtomicU32::new(0)).collect(),
+            known: (0..=SEGMENT_MASK / 64).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn set(&self, i: usize, sum: u32) {
+        self.sums[i].store(sum, Ordering::Relaxed);
+        // Release: whoever sees the bit sees the sum.
+        self.known[i / 64].fetch_or(1 << (i % 64), Ordering::Release);
+    }
+
+    fn clear(&self, i: usize) {
+        self.known[i / 64].fetch_and(!(1 << (i % 64)), Ordering::Relaxed);
+    }
+
+    fn get(&self, i: usize) -> Option<u32> {
+        let known = self.known[i / 64].load(Ordering::Acquire) & (1 << (i % 64)) != 0;
+        known.then(|| self.sums[i].load(Ordering::Relaxed))
+    }
+}
+
 /// The checksum of every page written, by page id.
 pub struct PageSums {
-    segments: Box<[OnceLock<Box<[AtomicU64]>>]>,
+    segments: Box<[OnceLock<Segment>]>,
     beyond: Mutex<HashMap<u64, u32>>,
     verified: AtomicU64,
     mismatches: AtomicU64,
@@ -97,10 +125,9 @@ impl std::fmt::Debug for PageSums {
 }
 
 impl PageSums {
-    fn entry(&self, id: u64) -> Option<&AtomicU64> {
+    fn segment(&self, id: u64) -> Option<&Segment> {
         let seg = self.segments.get((id >> SEGMENT_SHIFT) as usize)?;
-        let s = seg.get_or_init(|| (0..=SEGMENT_MASK).map(|_| AtomicU64::new(0)).collect());
-        Some(&s[(id & SEGMENT_MASK) as usize])
+        Some(seg.get_or_init(Segment::new))
     }
 
     /// Pages `ids` are being written with `data` (`ids.len()` pages): their sums from now on.
@@ -109,8 +136,8 @@ impl PageSums {
     pub fn record(&self, ids: &[u64], data: &[u8]) {
         for (&id, page) in ids.iter().zip(data.chunks_exact(PAGE_SIZE)) {
             let sum = page_sum(page);
-            match self.entry(id) {
-                Some(e) => e.store(KNOWN | sum as u64, Ordering::Relaxed),
+            match self.segment(id) {
+                Some(seg) => seg.set((id & SEGMENT_MASK) as usize, sum),
                 None => {
                     self.beyond.lock().unwrap().insert(id, sum);
                 }
@@ -124,7 +151,7 @@ impl PageSums {
             match self.segments.get((id >> SEGMENT_SHIFT) as usize) {
                 Some(seg) => {
                     if let Some(s) = seg.get() {
-                        s[(id & SEGMENT_MASK) as usize].store(0, Ordering::Relaxed);
+                        s.clear((id & SEGMENT_MASK) as usize);
                     }
                 }
                 None => {
@@ -137,10 +164,7 @@ impl PageSums {
     /// The checksum page `id` was last written with, if one was kept.
     pub fn expected(&self, id: u64) -> Option<u32> {
         match self.segments.get((id >> SEGMENT_SHIFT) as usize) {
-            Some(seg) => {
-                let v = seg.get()?[(id & SEGMENT_MASK) as usize].load(Ordering::Relaxed);
-                (v & KNOWN != 0).then_some(v as u32)
-            }
+            Some(seg) => seg.get()?.get((id & SEGMENT_MASK) as usize),
             None => self.beyond.lock().unwrap().get(&id).copied(),
         }
     }

@@ -83,6 +83,9 @@ use reclaim::Reclaimer;
 pub struct Pager {
     parts: Arc<Parts>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// How long `start` took: the per-page tables, the threads, registering the heap with
+    /// userfaultfd and adopting the pages the JVM had touched.
+    start_time: std::time::Duration,
 }
 
 impl std::fmt::Debug for Pager {
@@ -146,6 +149,7 @@ impl Pager {
         fatal: FatalFn,
     ) -> std::io::Result<Pager> {
         assert_eq!(base % PAGE_SIZE, 0);
+        let started = Instant::now();
         let npages = len / PAGE_SIZE;
         let features =
             uffd::FEATURE_PAGEFAULT_FLAG_WP | uffd::FEATURE_THREAD_ID | uffd::FEATURE_EVENT_UNMAP;
@@ -249,10 +253,15 @@ impl Pager {
                 probe::run(p, every)
             })?);
         }
-        let pager = Pager { parts, threads };
+        let mut pager = Pager {
+            parts,
+            threads,
+            start_time: Default::default(),
+        };
         for span in spans {
             remap::register_and_adopt(&pager.parts, span.start, span.end)?;
         }
+        pager.start_time = started.elapsed();
         // Adopted pages may exceed the budget: have the reclaimer trim now.
         pager.parts.budget.wake_reclaimer();
         Ok(pager)
@@ -264,6 +273,11 @@ impl Pager {
 
     pub fn npages(&self) -> usize {
         self.parts.ctx.npages
+    }
+
+    /// How long starting took (tables, threads, registration, adoption).
+    pub fn start_time(&self) -> std::time::Duration {
+        self.start_time
     }
 
     pub fn budget_pages(&self) -> usize {
@@ -374,7 +388,9 @@ impl Pager {
         facts: Option<(crate::gc_activity::PauseKind, &[(usize, usize)])>,
         after: crate::gc_activity::RegionMap,
     ) {
-        self.parts.attribution.pause_ended(facts, after);
+        self.parts
+            .attribution
+            .pause_ended(facts, after, &mut |_, _| {});
         self.parts.phases.pause_finished();
     }
 
@@ -535,16 +551,22 @@ impl Pager {
     /// Pages of the region the kernel reports resident right now (mincore), an independent
     /// check of the pager's own count (inactive pages are not in the heap).
     pub fn mincore_resident_pages(&self) -> usize {
+        // In chunks: a vector of the whole heap would be two bytes a page of the agent's memory
+        // (32 MiB at 16 GiB), at the moment the stats are written.
+        const CHUNK: usize = 1 << 16;
         let spans = self.parts.ctx.spans.lock().unwrap().clone();
-        spans
-            .iter()
-            .map(|s| {
-                os::mincore_resident(s.start, (s.end - s.start) / PAGE_SIZE)
+        let mut resident = 0;
+        for s in spans {
+            let pages = (s.end - s.start) / PAGE_SIZE;
+            for first in (0..pages).step_by(CHUNK) {
+                let n = CHUNK.min(pages - first);
+                resident += os::mincore_resident(s.start + first * PAGE_SIZE, n)
                     .iter()
                     .filter(|r| **r)
-                    .count()
-            })
-            .sum()
+                    .count();
+            }
+        }
+        resident
     }
 }
 

@@ -127,6 +127,10 @@ pub struct PagerDoc {
     pub latency: LatencyDoc,
     pub reclaim: ReclaimDoc,
     pub agent_cpu: AgentCpuDoc,
+    /// How long the pager took to start: its per-page tables, its threads, registering the
+    /// heap with userfaultfd and adopting the pages the JVM had touched (ms).
+    #[serde(default)]
+    pub start_ms: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -484,6 +488,12 @@ pub struct ActivityDoc {
 pub struct ProcessDoc {
     pub peak_rss_bytes: Option<u64>,
     pub rss_bytes: Option<u64>,
+    /// The agent's own memory: bytes its code holds allocated (per-page tables, lists,
+    /// histograms, logs, buffers) when the document was written, and the most at once.
+    #[serde(default)]
+    pub agent_bytes: u64,
+    #[serde(default)]
+    pub agent_peak_bytes: u64,
 }
 
 impl StatsDoc {
@@ -624,6 +634,7 @@ impl StatsDoc {
                         ..ListSampleDoc::default()
                     }],
                 },
+                start_ms: 3.5,
                 agent_cpu: AgentCpuDoc {
                     fault_handlers_s: 0.8,
                     reclaimer_s: 0.4,
@@ -692,6 +703,8 @@ impl StatsDoc {
             process: ProcessDoc {
                 peak_rss_bytes: Some(200 << 20),
                 rss_bytes: Some(190 << 20),
+                agent_bytes: 1 << 20,
+                agent_peak_bytes: 2 << 20,
             },
         }
     }

@@ -266,6 +266,7 @@ fn pager_doc(p: &Pager, remote_faults: u64, dead_why_not: Option<&str>) -> Pager
         },
         reclaim: reclaim_doc(p),
         agent_cpu: cpu_doc(p, remote_faults),
+        start_ms: p.start_time().as_secs_f64() * 1e3,
     }
 }
 
@@ -420,5 +421,7 @@ fn process_memory() -> ProcessDoc {
     ProcessDoc {
         peak_rss_bytes: kb("VmHWM:"),
         rss_bytes: kb("VmRSS:"),
+        agent_bytes: crate::memory::live_bytes(),
+        agent_peak_bytes: crate::memory::peak_bytes(),
     }
 }

@@ -11,6 +11,7 @@
 
 mod cells;
 pub mod kernel;
+pub mod lucene;
 mod plots;
 mod replacement;
 mod report;
@@ -125,6 +126,8 @@ pub enum BenchWorkload {
     Spark(spark::Job, spark::Deploy),
     /// Apache Cassandra under the verifying YCSB-style load (see `service`).
     Cassandra,
+    /// Lucene indexing and search, the index in the heap (see `lucene`).
+    Lucene,
 }
 
 impl BenchWorkload {
@@ -136,6 +139,7 @@ impl BenchWorkload {
                 format!("spark-cluster-{}", j.name())
             }
             BenchWorkload::Cassandra => "cassandra".into(),
+            BenchWorkload::Lucene => "lucene".into(),
         }
     }
 
@@ -147,7 +151,7 @@ impl BenchWorkload {
             .into_iter()
             .chain(spark(spark::Deploy::Local))
             .chain(spark(spark::Deploy::Cluster))
-            .chain([BenchWorkload::Cassandra])
+            .chain([BenchWorkload::Cassandra, BenchWorkload::Lucene])
             .collect()
     }
 }
@@ -464,12 +468,15 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
             for w in &cfg.workloads {
                 let java = matches!(w, BenchWorkload::Java(_));
                 let service = *w == BenchWorkload::Cassandra;
+                // Libraries nobody here wrote, at the services' budgets.
+                let library = *w == BenchWorkload::Lucene;
                 // The kernel's twin for the Java workloads, Spark's local mode (the cgroup
                 // holds PySpark's python too, as the JVM's launcher: what the job needs beside
                 // the heap, either way) and the service (its load runs outside the cgroup); not
                 // for a cluster run's several heaps.
                 let twin = java
                     || service
+                    || library
                     || matches!(w, BenchWorkload::Spark(_, spark::Deploy::Local));
                 // Spark jobs are long: the first collector only.
                 if !java && *c != cfg.collectors[0] {
@@ -485,7 +492,7 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                 out.push(p(Mode::NoAgent, 100));
                 let locals: Vec<u32> = if java {
                     cfg.locals.clone()
-                } else if service {
+                } else if service || library {
                     service::LOCALS.to_vec()
                 } else {
                     SPARK_LOCALS.to_vec()
@@ -584,6 +591,11 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
     if cfg.workloads.contains(&BenchWorkload::Cassandra) {
         service::prepare(&root)?;
     }
+    let lucene_cp = if cfg.workloads.contains(&BenchWorkload::Lucene) {
+        Some(lucene::prepare(&root)?)
+    } else {
+        None
+    };
     let kernel_skip = if cfg.kernel {
         kernel::available(&root).err()
     } else {
@@ -638,7 +650,13 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                     (Some(why), _) => skipped(p, why),
                     (None, None) => skipped(p, "no calibration run to size the limit from"),
                     (None, Some(limit)) => {
-                        let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
+                        let cmd = command_for(
+                            &classes,
+                            spark_env.as_ref(),
+                            lucene_cp.as_deref(),
+                            cfg.heap_mb,
+                            p,
+                        )?;
                         kernel::run(&root, limit.map(|l| l as u64), &cmd, p, &what)?
                     }
                 }
@@ -657,7 +675,13 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                     }
                 }
                 let executors_dir = executors_stats_dir(p, &mut rc);
-                let cmd = command_for(&classes, spark_env.as_ref(), cfg.heap_mb, p)?;
+                let cmd = command_for(
+                    &classes,
+                    spark_env.as_ref(),
+                    lucene_cp.as_deref(),
+                    cfg.heap_mb,
+                    p,
+                )?;
                 let scraper = (p.mode == Mode::MemlinerScraped).then(|| Scraper::start(&mut rc));
                 let out = launch(&rc, &cmd, true);
                 let scrapes = scraper.map(Scraper::stop);
@@ -1012,6 +1036,7 @@ impl Scraper {
 fn command_for(
     classes: &Path,
     spark_env: Option<&spark::Env>,
+    lucene_cp: Option<&str>,
     heap_mb: u64,
     p: &Planned,
 ) -> Result<Vec<String>, String> {
@@ -1042,6 +1067,15 @@ fn command_for(
         }
         BenchWorkload::Cassandra => {
             service::command(&crate::locate::project_root()?, heap_mb, &p.collector)
+        }
+        BenchWorkload::Lucene => {
+            let java = patched.unwrap_or_else(crate::locate::java);
+            Ok(lucene::command(
+                &java.display().to_string(),
+                lucene_cp.ok_or("lucene needs its classpath (scripts/lucene.sh)")?,
+                heap_mb,
+                &p.collector,
+            ))
         }
     }
 }

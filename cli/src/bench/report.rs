@@ -1205,7 +1205,58 @@ mod tests {
             kernel: None,
             server_cpu_ms: Some(250.0),
             scrapes: None,
+            service: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_report_sets_a_services_throughput_and_tail_latency_side_by_side() {
+        let phase = |ops: f64, p99: u64| crate::bench::service::Phase {
+            phase: "a".into(),
+            throughput: ops,
+            by_op: [(
+                "read".to_string(),
+                crate::bench::service::OpLatency {
+                    count: 10,
+                    p50_us: 1000,
+                    p99_us: p99,
+                    p999_us: 2 * p99,
+                    max_us: 3 * p99,
+                },
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let mut all_local = record(Mode::NoAgent, 100, 1000.0, None);
+        let mut paged = record(Mode::Memliner, 25, 1500.0, paged(500, 10));
+        let mut kernel = record(Mode::Kernel, 25, 2000.0, None);
+        for (r, ops, p99) in [
+            (&mut all_local, 7000.0, 5000),
+            (&mut paged, 5300.0, 7300),
+            (&mut kernel, 3400.0, 13000),
+        ] {
+            r.workload = "cassandra".into();
+            r.service = vec![phase(ops, p99)];
+        }
+        let cfg = BenchConfig::quick("/tmp/x".into());
+        let mut md = String::new();
+        crate::bench::service::section(&mut md, &cfg, &[all_local, paged, kernel]);
+        assert!(
+            md.contains("## Cassandra under a verifying YCSB-style load"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 25% | memliner | 5300 | 1.0 / 7.3 / 14.6 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 25% | kernel-zram | 3400 | 1.0 / 13.0 / 26.0 |"),
+            "{md}"
+        );
+        assert!(md.contains("| 100% | no-agent | 7000 |"), "{md}");
+        let mut none = String::new();
+        crate::bench::service::section(&mut none, &cfg, &[record(Mode::NoAgent, 100, 1.0, None)]);
+        assert!(none.is_empty(), "no service, no section: {none}");
     }
 
     fn paged(remote: u64, reactivate: u64) -> Option<StatsDoc> {

@@ -209,7 +209,9 @@ pub fn section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
             } else {
                 let reads = median(
                     cell.iter()
-                        .filter_map(|r| r.stat(|s| Some(s.pager.as_ref()?.remote.pages_read as f64)))
+                        .filter_map(|r| {
+                            r.stat(|s| Some(s.pager.as_ref()?.remote.pages_read as f64))
+                        })
                         .collect(),
                 );
                 if reads.is_finite() {

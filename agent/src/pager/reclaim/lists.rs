@@ -182,17 +182,14 @@ pub const DISTANCE_BUCKETS: usize = 8;
 pub struct Lists {
     prev: Box<[u32]>,
     next: Box<[u32]>,
-    on: Box<[u8]>,
-    /// A reference was seen while the page was mapped (since it joined its list).
-    referenced: Box<[bool]>,
-    /// The page was admitted or made cold and has not been used since (it may have moved on
-    /// to the inactive list).
-    cold: Box<[bool]>,
+    /// One byte a page (a byte a page counts at 16 GiB: 4 MiB): its list (`ON`), whether a
+    /// reference was seen while it was mapped since it joined its list (`REFERENCED`), whether
+    /// it was admitted or made cold and not used since, perhaps moved on to the inactive list
+    /// (`COLD`), and the agings an active page survives (`HEAT`, see `heat_after`: earned by
+    /// refaulting soon after eviction, spent one per trip past the active list's front).
+    flags: Box<[u8]>,
     /// The reclaim clock when the page was evicted, 0 = no shadow.
     shadow: Box<[u32]>,
-    /// Agings an active page survives (see `heat_after`): earned by refaulting soon after
-    /// eviction, spent one per trip past the active list's front.
-    heat: Box<[u8]>,
     /// When a page was first held on its list (ms on the caller's clock, 0: not held): reset
     /// when it is unmapped and when it leaves.
     held_since: Box<[u32]>,
@@ -234,6 +231,14 @@ pub fn inactive_ratio(budget_pages: usize) -> usize {
 /// Most agings a page can survive on heat.
 pub const MAX_HEAT: u8 = 3;
 
+/// A page's flags byte (`Lists::flags`): its list (three bits), two flags and its heat.
+const ON: u8 = 0b111;
+const REFERENCED: u8 = 1 << 3;
+const COLD: u8 = 1 << 4;
+const HEAT_SHIFT: u8 = 5;
+const HEAT: u8 = 0b11 << HEAT_SHIFT;
+const _: () = assert!(MAX_HEAT << HEAT_SHIFT & !HEAT == 0 && List::Inactive as u8 & !ON == 0);
+
 /// A page's heat after it refaulted `distance` clock ticks after its eviction. User space sees
 /// no read of a mapped page, so a page read often and never written passes through the lists
 /// like any other and is evicted once per budget's worth of arrivals; how soon it comes back
@@ -256,11 +261,8 @@ impl Lists {
         Lists {
             prev: vec![NIL; npages].into(),
             next: vec![NIL; npages].into(),
-            on: vec![List::None as u8; npages].into(),
-            referenced: vec![false; npages].into(),
-            cold: vec![false; npages].into(),
+            flags: vec![List::None as u8; npages].into(),
             shadow: vec![0; npages].into(),
-            heat: vec![0; npages].into(),
             held_since: vec![0; npages].into(),
             ends: [Ends {
                 head: NIL,
@@ -278,8 +280,33 @@ impl Lists {
         self.ends[l.index()].len
     }
 
+    fn flag(&self, p: usize, f: u8) -> bool {
+        self.flags[p] & f != 0
+    }
+
+    fn set_flag(&mut self, p: usize, f: u8, on: bool) {
+        if on {
+            self.flags[p] |= f;
+        } else {
+            self.flags[p] &= !f;
+        }
+    }
+
+    fn set_on(&mut self, p: usize, l: u8) {
+        self.flags[p] = (self.flags[p] & !ON) | l;
+    }
+
+    fn heat(&self, p: usize) -> u8 {
+        (self.flags[p] & HEAT) >> HEAT_SHIFT
+    }
+
+    fn set_heat(&mut self, p: usize, h: u8) {
+        debug_assert!(h <= MAX_HEAT);
+        self.flags[p] = (self.flags[p] & !HEAT) | (h << HEAT_SHIFT);
+    }
+
     pub fn list_of(&self, p: usize) -> List {
-        List::from_repr(self.on[p]).expect("a list's own byte")
+        List::from_repr(self.flags[p] & ON).expect("a list's own byte")
     }
 
     /// Whether probation + inactive are short of their share next to the active list.
@@ -307,7 +334,7 @@ impl Lists {
         e.len -= 1;
         self.prev[p] = NIL;
         self.next[p] = NIL;
-        self.on[p] = List::None as u8;
+        self.set_on(p, List::None as u8);
     }
 
     fn push_back(&mut self, l: List, p: usize) {
@@ -322,9 +349,9 @@ impl Lists {
         }
         e.tail = p as u32;
         e.len += 1;
-        self.on[p] = l as u8;
-        self.referenced[p] = false;
-        self.cold[p] = l == List::Cold;
+        self.set_on(p, l as u8);
+        self.set_flag(p, REFERENCED, false);
+        self.set_flag(p, COLD, l == List::Cold);
     }
 
     fn push_front(&mut self, l: List, p: usize) {
@@ -339,9 +366,9 @@ impl Lists {
         }
         e.head = p as u32;
         e.len += 1;
-        self.on[p] = l as u8;
-        self.referenced[p] = false;
-        self.cold[p] = l == List::Cold;
+        self.set_on(p, l as u8);
+        self.set_flag(p, REFERENCED, false);
+        self.set_flag(p, COLD, l == List::Cold);
     }
 
     /// The oldest page of `l`.
@@ -373,7 +400,7 @@ impl Lists {
             Refault::First
         };
         if let Refault::Workingset { distance } | Refault::Distant { distance } = judged {
-            self.heat[p] = heat_after(self.heat[p], distance, self.budget);
+            self.set_heat(p, heat_after(self.heat(p), distance, self.budget));
         }
         match (how, judged) {
             (Admit::Cold, _) => self.push_back(List::Cold, p),
@@ -411,7 +438,7 @@ impl Lists {
     /// their front, where they are activated instead of sampled; cold pages are promoted.
     pub fn referenced(&mut self, p: usize) {
         match self.list_of(p) {
-            List::Probation | List::Active => self.referenced[p] = true,
+            List::Probation | List::Active => self.set_flag(p, REFERENCED, true),
             List::Cold => self.push_back(List::Probation, p),
             _ => {}
         }
@@ -422,7 +449,7 @@ impl Lists {
     /// thread's touch does not under `memliner`), else the page goes back on probation.
     /// Returns whether the page was cold (and is now promoted, if `activate`).
     pub fn reactivated(&mut self, p: usize, activate: bool) -> bool {
-        let was_cold = self.cold[p];
+        let was_cold = self.flag(p, COLD);
         self.clock += 1;
         self.shadow[p] = 0;
         if activate {
@@ -443,7 +470,7 @@ impl Lists {
             List::None | List::Cold => false,
             List::Inactive => {
                 self.push_front(List::Inactive, p);
-                self.cold[p] = true;
+                self.set_flag(p, COLD, true);
                 true
             }
             List::Probation | List::Active => {
@@ -463,8 +490,9 @@ impl Lists {
             let Some(p) = self.front(List::Active) else {
                 break;
             };
-            if self.heat[p] > 0 {
-                self.heat[p] -= 1;
+            let heat = self.heat(p);
+            if heat > 0 {
+                self.set_heat(p, heat - 1);
                 self.decisions.heat_rotations += 1;
                 self.push_back(List::Active, p);
                 continue;
@@ -530,7 +558,7 @@ impl Lists {
             steps -= 1;
             let p = at as usize;
             at = self.next[p];
-            if self.referenced[p] && on_referenced(self, p) {
+            if self.flag(p, REFERENCED) && on_referenced(self, p) {
                 continue;
             }
             match claim(p, self.may_hold(p, holds)) {
@@ -582,7 +610,7 @@ impl Lists {
             at = self.next[p];
             match claim(p, self.may_hold(p, &holds)) {
                 Try::Taken => {
-                    let cold = self.cold[p];
+                    let cold = self.flag(p, COLD);
                     self.evicted(p);
                     out.push((p, cold));
                 }
@@ -612,7 +640,7 @@ impl Lists {
         } else {
             self.push_back(List::Inactive, p);
         }
-        self.cold[p] = cold;
+        self.set_flag(p, COLD, cold);
     }
 
     /// Page `p` left the lists without eviction (its range was dropped or unmapped, or it is
@@ -625,7 +653,7 @@ impl Lists {
     pub fn evicted(&mut self, p: usize) {
         self.unlink(p);
         self.held_since[p] = 0;
-        self.cold[p] = false;
+        self.set_flag(p, COLD, false);
         self.shadow[p] = (self.clock as u32).max(1);
         self.clock += 1;
     }
@@ -634,9 +662,9 @@ impl Lists {
     pub fn forget(&mut self, p: usize) {
         self.unlink(p);
         self.held_since[p] = 0;
-        self.cold[p] = false;
+        self.set_flag(p, COLD, false);
         self.shadow[p] = 0;
-        self.heat[p] = 0;
+        self.set_heat(p, 0);
     }
 }
 
@@ -993,7 +1021,7 @@ mod tests {
         // Dropped as dead: its heat goes with its contents.
         l.forget(0);
         l.admit(0, Admit::Normal, false);
-        assert_eq!(l.heat[0], 0);
+        assert_eq!(l.heat(0), 0);
     }
 
     #[test]

@@ -1,10 +1,11 @@
-//! Apache Cassandra, a service nobody here wrote, paged by memliner: one node
-//! (`scripts/cassandra.sh`, the jars from Maven Central) at 25% of its heap under the
-//! verifying YCSB-style load (`scripts/ycsb.sh`), every read checked against what was written.
+//! Code nobody here wrote, from Maven Central, paged by memliner: an Apache Cassandra node
+//! (`scripts/cassandra.sh`) at 25% of its heap under the verifying YCSB-style load
+//! (`scripts/ycsb.sh`), every read checked against what was written; and Lucene indexing and
+//! searching an index held in the heap (`scripts/lucene.sh`), every answer checked.
 //!
-//! Needs `cargo build --release --workspace` and the Cassandra jars (`scripts/cassandra.sh
-//! --fetch`); without the jars the test says it is skipped, and fails where
-//! MEMLINER_REQUIRE_CASSANDRA is set (CI fetches them).
+//! Needs `cargo build --release --workspace` and the jars (`scripts/cassandra.sh --fetch`,
+//! `scripts/lucene.sh`); without them a test says it is skipped, and fails where
+//! MEMLINER_REQUIRE_CASSANDRA is set (CI fetches both).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -190,4 +191,82 @@ fn a_node_at_25_percent_serves_a_verified_ycsb_run() {
         phase(&stdout, "c")["throughput"]
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// lucene-core's classpath with the workload built (`scripts/lucene.sh`), where Maven Central
+/// served it; `None` (and a skip line) when not and not required.
+fn lucene_classpath() -> Option<String> {
+    let out = Command::new(root().join("scripts/lucene.sh"))
+        .output()
+        .unwrap();
+    if out.status.success() {
+        return Some(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    }
+    let why = format!("no Lucene: {}", String::from_utf8_lossy(&out.stderr).trim());
+    assert!(
+        std::env::var_os("MEMLINER_REQUIRE_CASSANDRA").is_none(),
+        "{why}"
+    );
+    swap_backend::conformance::skip("lucene at 25%", &why);
+    None
+}
+
+/// The RESULT line's checksum, the run having verified every answer.
+fn lucene_checksum(out: &std::process::Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = memliner_cli::workloads::parse_result(&stdout)
+        .unwrap_or_else(|| panic!("{what}: {stdout}"));
+    assert_eq!(
+        memliner_cli::workloads::field(&r, "verified"),
+        Some("true"),
+        "{what}"
+    );
+    memliner_cli::workloads::field(&r, "checksum")
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn lucene_at_25_percent_answers_as_all_local() {
+    let Some(cp) = lucene_classpath() else {
+        return;
+    };
+    let java = locate::java().display().to_string();
+    let job = |heap: &str| {
+        vec![
+            java.clone(),
+            "-XX:+UseG1GC".to_string(),
+            format!("-Xms{heap}"),
+            format!("-Xmx{heap}"),
+            "-cp".into(),
+            cp.clone(),
+            "memliner.lucene.Search".into(),
+            "--docs".into(),
+            "120000".into(),
+            "--queries".into(),
+            "3000".into(),
+        ]
+    };
+    let cmd = job("256m");
+    let local = Command::new(&cmd[0]).args(&cmd[1..]).output().unwrap();
+    let reference = lucene_checksum(&local, "lucene all-local");
+    let stats = std::env::temp_dir().join(format!("memliner-lucene-{}.json", std::process::id()));
+    let paged = Command::new(env!("CARGO_BIN_EXE_memliner"))
+        .args(["run", "--local", "25%", "--stats"])
+        .arg(&stats)
+        .arg("--")
+        .args(&cmd)
+        .output()
+        .unwrap();
+    assert_eq!(lucene_checksum(&paged, "lucene at 25%"), reference);
+    let doc: StatsDoc = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&stats);
+    let pager = doc.pager.expect("the JVM paged");
+    assert!(pager.remote.pages_read > 1_000, "{:?}", pager.remote);
+    assert_eq!(pager.integrity.expect("checksums on").mismatches, 0);
 }
