@@ -54,31 +54,8 @@ case $gc in
 esac
 
 # --- the jars, once ---------------------------------------------------------------------------
-if [ ! -f "$lib/.complete" ]; then
-  command -v mvn >/dev/null || die "mvn is needed once to fetch Cassandra $version from Maven Central (apt-get install maven)"
-  mkdir -p "$cache/$version"
-  cat >"$cache/$version/pom.xml" <<EOF
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>memliner</groupId><artifactId>cassandra-fetch</artifactId><version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.cassandra</groupId><artifactId>cassandra-all</artifactId>
-      <version>$version</version>
-    </dependency>
-  </dependencies>
-</project>
-EOF
-  echo "cassandra.sh: fetching Cassandra $version and its dependencies from Maven Central into $lib" >&2
-  rm -rf "$lib"
-  log=$cache/$version/mvn.log
-  mvn -B -f "$cache/$version/pom.xml" dependency:copy-dependencies \
-    -DincludeScope=runtime -DoutputDirectory="$lib" >"$log" 2>&1 \
-    || die "mvn could not fetch org.apache.cassandra:cassandra-all:$version with its dependencies (log: $log)"
-  [ -f "$lib/cassandra-all-$version.jar" ] || die "mvn finished but $lib holds no cassandra-all-$version.jar"
-  touch "$lib/.complete"
-fi
+"$(dirname "$0")/maven-fetch.sh" "org.apache.cassandra:cassandra-all:$version" "$cache/$version" \
+  || die "Cassandra $version is not available from Maven Central here"
 if [ "$fetch_only" = 1 ]; then
   echo "$lib"
   exit 0

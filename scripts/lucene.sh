@@ -12,29 +12,8 @@ version=9.12.3
 cache=${MEMLINER_LUCENE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memliner/lucene}
 lib=$cache/$version/lib
 die() { echo "lucene.sh: $*" >&2; exit 2; }
-if [ ! -f "$lib/.complete" ]; then
-  command -v mvn >/dev/null || die "mvn is needed once to fetch lucene-core $version from Maven Central (apt-get install maven)"
-  mkdir -p "$cache/$version"
-  cat >"$cache/$version/pom.xml" <<POM
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>memliner</groupId><artifactId>lucene-fetch</artifactId><version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.lucene</groupId><artifactId>lucene-core</artifactId>
-      <version>$version</version>
-    </dependency>
-  </dependencies>
-</project>
-POM
-  rm -rf "$lib"
-  log=$cache/$version/mvn.log
-  mvn -B -f "$cache/$version/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
-    -DoutputDirectory="$lib" >"$log" 2>&1 \
-    || die "mvn could not fetch org.apache.lucene:lucene-core:$version (log: $log)"
-  touch "$lib/.complete"
-fi
+scripts/maven-fetch.sh "org.apache.lucene:lucene-core:$version" "$cache/$version" \
+  || die "lucene-core $version is not available from Maven Central here"
 out=target/lucene-classes
 src=java/lucene/src/memliner/lucene/Search.java
 if [ ! -f "$out/memliner/lucene/Search.class" ] || [ "$src" -nt "$out/memliner/lucene/Search.class" ]; then

@@ -605,6 +605,15 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
         eprintln!("memliner: kernel baseline skipped: {why}");
     }
 
+    let command_of = |p: &Planned| {
+        command_for(
+            &classes,
+            spark_env.as_ref(),
+            lucene_cp.as_deref(),
+            cfg.heap_mb,
+            p,
+        )
+    };
     let planned = plan(cfg);
     let bar = ProgressBar::new(planned.len() as u64 + 1);
     bar.set_style(
@@ -650,13 +659,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                     (Some(why), _) => skipped(p, why),
                     (None, None) => skipped(p, "no calibration run to size the limit from"),
                     (None, Some(limit)) => {
-                        let cmd = command_for(
-                            &classes,
-                            spark_env.as_ref(),
-                            lucene_cp.as_deref(),
-                            cfg.heap_mb,
-                            p,
-                        )?;
+                        let cmd = command_of(p)?;
                         kernel::run(&root, limit.map(|l| l as u64), &cmd, p, &what)?
                     }
                 }
@@ -675,13 +678,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                     }
                 }
                 let executors_dir = executors_stats_dir(p, &mut rc);
-                let cmd = command_for(
-                    &classes,
-                    spark_env.as_ref(),
-                    lucene_cp.as_deref(),
-                    cfg.heap_mb,
-                    p,
-                )?;
+                let cmd = command_of(p)?;
                 let scraper = (p.mode == Mode::MemlinerScraped).then(|| Scraper::start(&mut rc));
                 let out = launch(&rc, &cmd, true);
                 let scrapes = scraper.map(Scraper::stop);
