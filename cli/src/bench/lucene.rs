@@ -10,16 +10,7 @@ const DOCS_PER_MIB: u64 = 600;
 
 /// Fetches lucene-core (once), compiles the workload; returns the classpath.
 pub fn prepare(root: &Path) -> Result<String, String> {
-    let out = std::process::Command::new(root.join("scripts/lucene.sh"))
-        .output()
-        .map_err(|e| format!("scripts/lucene.sh: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "Lucene is not available: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    super::service::fetch(root, "scripts/lucene.sh", &[], "Lucene")
 }
 
 /// The JVM command for a `heap_mb` heap under `collector`; `java` is the JVM to run.

@@ -87,19 +87,25 @@ pub fn command(root: &Path, heap_mb: u64, collector: &str) -> Result<Vec<String>
     .to_vec())
 }
 
-/// Checks that the Cassandra jars are there (fetching them if mvn can) and builds the load.
+/// Checks that the Cassandra jars are there (fetching them if mvn can).
 pub fn prepare(root: &Path) -> Result<(), String> {
-    let out = std::process::Command::new(root.join("scripts/cassandra.sh"))
-        .arg("--fetch")
+    fetch(root, "scripts/cassandra.sh", &["--fetch"], "Cassandra").map(|_| ())
+}
+
+/// Runs a script that fetches code from Maven Central (`script` under `root`, with `args`);
+/// its trimmed stdout, or an error naming `what` with the script's own words.
+pub fn fetch(root: &Path, script: &str, args: &[&str], what: &str) -> Result<String, String> {
+    let out = std::process::Command::new(root.join(script))
+        .args(args)
         .output()
-        .map_err(|e| format!("scripts/cassandra.sh: {e}"))?;
+        .map_err(|e| format!("{script}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "Cassandra is not available: {}",
+            "{what} is not available: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// The report's section: per cell, each phase's throughput and its operations' tail latency,
