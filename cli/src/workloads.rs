@@ -123,6 +123,28 @@ pub fn parse_result(stdout: &str) -> Option<Vec<(String, String)>> {
     )
 }
 
+/// The checksum of a finished process's RESULT line, when it exited 0 and says
+/// `verified=true`; otherwise why not, with `what` and its output.
+pub fn verified_checksum(out: &std::process::Output, what: &str) -> Result<String, String> {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let failed = |why: &str| {
+        format!(
+            "{what}: {why}: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    if !out.status.success() {
+        return Err(failed(&out.status.to_string()));
+    }
+    let r = parse_result(&stdout).ok_or_else(|| failed("no RESULT line"))?;
+    if field(&r, "verified") != Some("true") {
+        return Err(failed("not verified"));
+    }
+    field(&r, "checksum")
+        .map(str::to_string)
+        .ok_or_else(|| failed("no checksum"))
+}
+
 /// Looks up a key of a parsed result line.
 pub fn field<'a>(result: &'a [(String, String)], key: &str) -> Option<&'a str> {
     result

@@ -1078,15 +1078,7 @@ fn spark_job(args: &[&str], agent: Option<&str>) -> Option<std::process::Output>
 }
 
 fn spark_checksum(out: &std::process::Output, what: &str) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{what}: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = workloads::parse_result(&stdout).unwrap_or_else(|| panic!("{what}: {stdout}"));
-    assert_eq!(workloads::field(&r, "verified"), Some("true"));
-    workloads::field(&r, "checksum").unwrap().to_string()
+    workloads::verified_checksum(out, what).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `job` on two executor JVMs at 25% local, both paging to one standalone server: the

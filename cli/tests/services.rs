@@ -211,26 +211,6 @@ fn lucene_classpath() -> Option<String> {
     None
 }
 
-/// The RESULT line's checksum, the run having verified every answer.
-fn lucene_checksum(out: &std::process::Output, what: &str) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{what}: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = memliner_cli::workloads::parse_result(&stdout)
-        .unwrap_or_else(|| panic!("{what}: {stdout}"));
-    assert_eq!(
-        memliner_cli::workloads::field(&r, "verified"),
-        Some("true"),
-        "{what}"
-    );
-    memliner_cli::workloads::field(&r, "checksum")
-        .unwrap()
-        .to_string()
-}
-
 #[test]
 fn lucene_at_25_percent_answers_as_all_local() {
     let Some(cp) = lucene_classpath() else {
@@ -254,7 +234,8 @@ fn lucene_at_25_percent_answers_as_all_local() {
     };
     let cmd = job("256m");
     let local = Command::new(&cmd[0]).args(&cmd[1..]).output().unwrap();
-    let reference = lucene_checksum(&local, "lucene all-local");
+    let reference = memliner_cli::workloads::verified_checksum(&local, "lucene all-local")
+        .unwrap_or_else(|e| panic!("{e}"));
     let stats = std::env::temp_dir().join(format!("memliner-lucene-{}.json", std::process::id()));
     let paged = Command::new(env!("CARGO_BIN_EXE_memliner"))
         .args(["run", "--local", "25%", "--stats"])
@@ -263,7 +244,11 @@ fn lucene_at_25_percent_answers_as_all_local() {
         .args(&cmd)
         .output()
         .unwrap();
-    assert_eq!(lucene_checksum(&paged, "lucene at 25%"), reference);
+    assert_eq!(
+        memliner_cli::workloads::verified_checksum(&paged, "lucene at 25%")
+            .unwrap_or_else(|e| panic!("{e}")),
+        reference
+    );
     let doc: StatsDoc = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
     let _ = std::fs::remove_file(&stats);
     let pager = doc.pager.expect("the JVM paged");
