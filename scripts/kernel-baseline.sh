@@ -16,6 +16,8 @@
 # mapping at one sample (anonymous memory and mapped files less the mapping), its major faults,
 # and the pages swapped in and out meanwhile (system-wide counters; run nothing else).
 # Exit: the command's status; 3 with `SKIP: reason` on stderr when the setup is impossible.
+# MEMLINER_ZRAM_SIZE sizes the zram device (default 4G: what it can hold uncompressed, so a
+# heap with more than that swapped out needs more).
 set -uo pipefail
 
 skip() {
@@ -67,7 +69,8 @@ dev=$(cat /sys/class/zram-control/hot_add) || skip "cannot add a zram device"
 zdev="/sys/block/zram$dev"
 # lz4 where offered: what distributions pick for swap on zram.
 grep -qw lz4 "$zdev/comp_algorithm" && echo lz4 >"$zdev/comp_algorithm"
-echo 4G >"$zdev/disksize" || skip "cannot size /dev/zram$dev"
+echo "${MEMLINER_ZRAM_SIZE:-4G}" >"$zdev/disksize" ||
+    skip "cannot size /dev/zram$dev to ${MEMLINER_ZRAM_SIZE:-4G}"
 mkswap "/dev/zram$dev" >/dev/null 2>&1 || skip "mkswap /dev/zram$dev failed"
 swapon -p 32000 "/dev/zram$dev" || skip "swapon /dev/zram$dev failed (swap disabled here?)"
 
@@ -99,8 +102,10 @@ heap_rss() {
          /^[0-9a-f]+-[0-9a-f]+ / { anon = (NF == 5 && $2 == "rw-p") }
          /^Size:/ { size = $2 }
          /^Rss:/ { if (anon && size > best) { best = size; rss = $2 } }
-         END { print (rss + 0) * 1024 }' "${smaps[@]}" 2>/dev/null
+         END { printf "%.0f\n", rss * 1024 }' "${smaps[@]}" 2>/dev/null
 }
+# Sums print with %.0f: mawk prints a number from 2^31 up as 2.1e+09 with `print`, which the
+# shell's arithmetic refuses (and a shell stops at), so a heap past 2 GiB ended the run.
 # smaps walks the page tables (a millisecond or two for a 1 GiB heap): every 4th turn only.
 max_anon=0
 max_heap=0
@@ -118,7 +123,7 @@ while kill -0 "$child" 2>/dev/null; do
         # that puts the heap's growth after the last sample (hundreds of MiB a second) and any
         # page cache the run happened to charge (50 MiB of class and JDK files on a cold cache)
         # beside the heap, and the kernel then has room the agent's JVM does not.
-        need=$(awk '$1 == "total_rss" || $1 == "total_mapped_file" {n += $2} END {print n + 0}' \
+        need=$(awk '$1 == "total_rss" || $1 == "total_mapped_file" {n += $2} END {printf "%.0f\n", n}' \
             "$cg/memory.stat" 2>/dev/null)
         if [ -n "$heap" ] && [ "$heap" -gt 0 ] && [ "$heap" -ge "$max_heap" ] && [ -n "$need" ] &&
             [ $((need - heap)) -gt "$beside_heap" ]; then

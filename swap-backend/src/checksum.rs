@@ -97,7 +97,8 @@ impl Segment {
 
 /// The checksum of every page written, by page id.
 pub struct PageSums {
-    segments: Box<[OnceLock<Segment>]>,
+    /// Boxed: an empty entry is then 16 bytes, not 40 (the table is 256 KiB, not 640).
+    segments: Box<[OnceLock<Box<Segment>>]>,
     beyond: Mutex<HashMap<u64, u32>>,
     verified: AtomicU64,
     mismatches: AtomicU64,
@@ -127,7 +128,7 @@ impl std::fmt::Debug for PageSums {
 impl PageSums {
     fn segment(&self, id: u64) -> Option<&Segment> {
         let seg = self.segments.get((id >> SEGMENT_SHIFT) as usize)?;
-        Some(seg.get_or_init(Segment::new))
+        Some(seg.get_or_init(|| Box::new(Segment::new())))
     }
 
     /// Pages `ids` are being written with `data` (`ids.len()` pages): their sums from now on.

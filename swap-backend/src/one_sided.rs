@@ -289,22 +289,37 @@ pub struct Held<T> {
     pub data: T,
 }
 
-/// Page -> slot. A heap's page ids are dense from 0: four bytes each in a vector grown to the
-/// highest id seen (a 16 GiB heap, 16 MiB), where a map spent about 40 bytes a stored page;
-/// ids from 2^30 and slots from 2^32 (no heap has them; tests do) go to a map.
+/// Page -> slot. A heap's page ids are dense from 0: four bytes each, in segments of
+/// [`PageSlots::SEGMENT`] ids made when a page of theirs is first stored (a 16 GiB heap,
+/// 16 MiB at most). Segments, not one vector grown to the highest id: a vector's doubling left
+/// up to twice that allocated, and a map spent about 40 bytes a stored page. Ids from 2^30 and
+/// slots from 2^32 (no heap has them; tests do) go to a map.
 #[derive(Debug, Default)]
 struct PageSlots {
-    dense: Vec<u32>,
+    dense: Vec<Option<Box<[u32]>>>,
     beyond: HashMap<u64, u64>,
 }
 
 impl PageSlots {
     const NONE: u32 = u32::MAX;
     const DENSE_IDS: u64 = 1 << 30;
+    /// Ids a segment holds: 64 KiB of slots, 64 MiB of heap.
+    const SEGMENT: usize = 1 << 14;
+
+    fn dense_at(&self, id: u64) -> Option<&u32> {
+        if id >= Self::DENSE_IDS {
+            return None;
+        }
+        let i = id as usize;
+        self.dense
+            .get(i / Self::SEGMENT)?
+            .as_ref()?
+            .get(i % Self::SEGMENT)
+    }
 
     fn get(&self, id: u64) -> Option<u64> {
-        match self.dense.get(id as usize) {
-            Some(&s) if id < Self::DENSE_IDS && s != Self::NONE => Some(u64::from(s)),
+        match self.dense_at(id) {
+            Some(&s) if s != Self::NONE => Some(u64::from(s)),
             _ if self.beyond.is_empty() => None,
             _ => self.beyond.get(&id).copied(),
         }
@@ -313,11 +328,12 @@ impl PageSlots {
     fn insert(&mut self, id: u64, slot: u64) {
         match u32::try_from(slot) {
             Ok(s) if id < Self::DENSE_IDS && s != Self::NONE => {
-                let i = id as usize;
-                if self.dense.len() <= i {
-                    self.dense.resize(i + 1, Self::NONE);
+                let (seg, at) = (id as usize / Self::SEGMENT, id as usize % Self::SEGMENT);
+                if self.dense.len() <= seg {
+                    self.dense.resize_with(seg + 1, || None);
                 }
-                self.dense[i] = s;
+                self.dense[seg].get_or_insert_with(|| vec![Self::NONE; Self::SEGMENT].into())[at] =
+                    s;
             }
             _ => {
                 self.beyond.insert(id, slot);
@@ -326,13 +342,26 @@ impl PageSlots {
     }
 
     fn remove(&mut self, id: u64) -> Option<u64> {
-        match self.dense.get_mut(id as usize) {
-            Some(s) if id < Self::DENSE_IDS && *s != Self::NONE => {
-                Some(u64::from(std::mem::replace(s, Self::NONE)))
-            }
+        let dense = (id < Self::DENSE_IDS)
+            .then(|| {
+                let i = id as usize;
+                self.dense
+                    .get_mut(i / Self::SEGMENT)?
+                    .as_mut()?
+                    .get_mut(i % Self::SEGMENT)
+            })
+            .flatten();
+        match dense {
+            Some(s) if *s != Self::NONE => Some(u64::from(std::mem::replace(s, Self::NONE))),
             _ if self.beyond.is_empty() => None,
             _ => self.beyond.remove(&id),
         }
+    }
+
+    /// Segments made (what the table holds for dense ids is this times [`Self::SEGMENT`]).
+    #[cfg(test)]
+    fn segments(&self) -> usize {
+        self.dense.iter().filter(|s| s.is_some()).count()
     }
 }
 
@@ -425,10 +454,12 @@ impl<T> SlotTable<T> {
     /// Takes a new grant's slots into the stock, lowest slot used first, so that
     /// neighbouring pages get neighbouring slots.
     pub fn add(&mut self, grant: Grant, data: T) {
-        // Kept in descending order overall: a later, higher grant goes under the rest.
-        let mut fresh: Vec<u64> = (grant.slot..grant.slot + grant.pages).rev().collect();
-        fresh.append(&mut self.free);
-        self.free = fresh;
+        // Kept in descending order overall: a later, higher grant goes under the rest. Grown
+        // in place by exactly the grant: the stock can be a few bytes a page of the heap, and
+        // a new vector beside the old one doubled that at its peak.
+        self.free.reserve_exact(grant.pages as usize);
+        self.free
+            .extend((grant.slot..grant.slot + grant.pages).rev());
         self.free.sort_unstable_by(|a, b| b.cmp(a));
         self.grants.insert(
             grant.slot,
@@ -501,12 +532,16 @@ mod tests {
     }
 
     #[test]
-    fn page_slots_hold_dense_ids_in_a_vector_and_far_ids_in_a_map() {
+    fn page_slots_hold_dense_ids_in_segments_and_far_ids_in_a_map() {
         let mut m = PageSlots::default();
         m.insert(3, 7);
         m.insert(1 << 40, 9);
         m.insert(5, u64::from(u32::MAX) + 1);
-        assert_eq!(m.dense.len(), 4, "grown to id 3 only");
+        assert_eq!(m.segments(), 1, "one segment for id 3");
+        m.insert(PageSlots::SEGMENT as u64 * 9 + 2, 11);
+        assert_eq!(m.segments(), 2, "segments only where ids were stored");
+        assert_eq!(m.get(PageSlots::SEGMENT as u64 * 9 + 2), Some(11));
+        assert_eq!(m.get(PageSlots::SEGMENT as u64 * 5), None);
         assert_eq!(m.get(3), Some(7));
         assert_eq!(m.get(1 << 40), Some(9));
         assert_eq!(m.get(5), Some(u64::from(u32::MAX) + 1));

@@ -48,6 +48,7 @@ use crate::model::{FaultDelivery, ThreadClassifier};
 use crate::uffd::{self, Uffd};
 
 mod attribution;
+mod bits;
 mod budget;
 mod config;
 mod context;

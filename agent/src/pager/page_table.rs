@@ -3,7 +3,9 @@
 //! a page is claimed by a compare-and-swap to `Busy`, and the claim, when finished or dropped,
 //! writes the next state, the residency byte and the budget charge in one place.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+use super::bits::AtomicBits;
 
 /// What the pager knows of one heap page.
 #[repr(u8)]
@@ -70,7 +72,7 @@ pub struct PageTable {
     residency: Box<[AtomicU8]>,
     /// The store holds a copy (current while the page is Clean, Remote, Cached or
     /// InactiveClean): a bit per page.
-    stored: Box<[AtomicU64]>,
+    stored: AtomicBits,
     /// Pages charged against the budget, claimed ones included once charged.
     charged: AtomicUsize,
     peak: AtomicUsize,
@@ -92,9 +94,7 @@ impl PageTable {
                 .map(|_| AtomicU8::new(PageState::Untouched as u8))
                 .collect(),
             residency: (0..npages).map(|_| AtomicU8::new(0)).collect(),
-            stored: (0..npages.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            stored: AtomicBits::new(npages),
             charged: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
         }
@@ -147,18 +147,12 @@ impl PageTable {
     }
 
     pub fn is_stored(&self, p: usize) -> bool {
-        self.stored[p / 64].load(Ordering::SeqCst) & (1 << (p % 64)) != 0
+        self.stored.get(p, Ordering::SeqCst)
     }
 
     /// Sets whether the store holds a copy of `p`; returns the previous value.
     pub fn set_stored(&self, p: usize, v: bool) -> bool {
-        let bit = 1u64 << (p % 64);
-        let old = if v {
-            self.stored[p / 64].fetch_or(bit, Ordering::SeqCst)
-        } else {
-            self.stored[p / 64].fetch_and(!bit, Ordering::SeqCst)
-        };
-        old & bit != 0
+        self.stored.set(p, v, Ordering::SeqCst)
     }
 
     pub fn residency_ptr(&self) -> *const u8 {

@@ -32,7 +32,7 @@ mod pressure;
 mod sizing;
 mod slots;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,7 @@ use self::lists::{Admit, Lists, Refault, Try};
 use self::pressure::Pressure;
 use self::sizing::Sizer;
 use self::slots::Slots;
+use super::bits::AtomicBits;
 use super::budget::Budget;
 use super::config::{Replacement, Window};
 use super::context::Ctx;
@@ -152,14 +153,13 @@ pub(super) struct Reclaimer {
     pressure: Pressure,
     replacement: Replacement,
     /// A write-back of the page is in flight (the page itself may have been taken back).
-    writing: Box<[AtomicBool]>,
+    writing: AtomicBits,
     /// Prefetched and no use seen since.
-    prefetched: Box<[AtomicBool]>,
+    prefetched: AtomicBits,
     /// Pages being written back (out of the lists, still charged).
     writeback: AtomicUsize,
-    /// Per page, the number of its latest deactivation; and the count of deactivations (for
-    /// the sizer's ages).
-    deactivation: Box<[AtomicU32]>,
+    /// The count of deactivations (for the sizer's ages; each slot keeps the number of the
+    /// deactivation that filled it).
     deactivations: AtomicU32,
     pub counters: ReclaimCounters,
     /// The collector's pending cards, once the agent can read them.
@@ -209,10 +209,9 @@ impl Reclaimer {
             sizer: Sizer::new(pages, batch, min_target, max_target),
             pressure: Pressure::new((pages / 16).max(batch)),
             replacement: config.replacement,
-            writing: (0..npages).map(|_| AtomicBool::new(false)).collect(),
-            prefetched: (0..npages).map(|_| AtomicBool::new(false)).collect(),
+            writing: AtomicBits::new(npages),
+            prefetched: AtomicBits::new(npages),
             writeback: AtomicUsize::new(0),
-            deactivation: (0..npages).map(|_| AtomicU32::new(0)).collect(),
             deactivations: AtomicU32::new(0),
             counters: ReclaimCounters::default(),
             cards: Default::default(),
@@ -336,7 +335,8 @@ impl Reclaimer {
         );
         // Without working-set detection (FIFO) every page starts on probation.
         let refault = arrival == Arrival::Refault && self.replacement == Replacement::Lru;
-        self.prefetched[p].store(arrival == Arrival::Prefetched, Ordering::Relaxed);
+        self.prefetched
+            .set(p, arrival == Arrival::Prefetched, Ordering::Relaxed);
         let judged = self.lists.lock().unwrap().admit(p, how, refault);
         if let Refault::Workingset { distance } | Refault::Distant { distance } = judged {
             self.sizer.refault(distance);
@@ -386,7 +386,7 @@ impl Reclaimer {
     /// (its claim holder calls): a reference the lists see without unmapping it. `promote`:
     /// the writer's touch counts (an application write of a cold page makes it hot).
     pub fn referenced(&self, p: usize, promote: bool) -> bool {
-        self.prefetched[p].store(false, Ordering::Relaxed);
+        self.prefetched.set(p, false, Ordering::Relaxed);
         let mut l = self.lists.lock().unwrap();
         let was_cold = l.list_of(p) == List::Cold;
         if promote || !was_cold {
@@ -413,6 +413,11 @@ impl Reclaimer {
     /// `activate`: the touch counts for the lists (the policy's say). Returns whether a cold
     /// page was promoted.
     pub fn reactivated(&self, p: usize, slot: u32, in_writeback: bool, activate: bool) -> bool {
+        // Read before the slot can go back (here, or by the write-back in flight).
+        let age = self
+            .deactivations
+            .load(Ordering::Relaxed)
+            .wrapping_sub(self.slots.deactivation(slot));
         if in_writeback {
             self.counters
                 .reactivated_in_writeback
@@ -420,13 +425,9 @@ impl Reclaimer {
         } else {
             self.slots.release(&[slot]);
         }
-        let age = self
-            .deactivations
-            .load(Ordering::Relaxed)
-            .wrapping_sub(self.deactivation[p].load(Ordering::Relaxed));
         self.sizer.reactivation(age as u64);
         self.counters.reactivated.fetch_add(1, Ordering::Relaxed);
-        self.prefetched[p].store(false, Ordering::Relaxed);
+        self.prefetched.set(p, false, Ordering::Relaxed);
         let mut l = self.lists.lock().unwrap();
         if in_writeback {
             // Out of the lists since its eviction began: no longer counted as written back.
@@ -686,9 +687,8 @@ impl Reclaimer {
                 c.finish(PageState::Untouched);
                 continue;
             }
-            self.slots.set(p, slot);
             let seq = self.deactivations.fetch_add(1, Ordering::Relaxed);
-            self.deactivation[p].store(seq, Ordering::Relaxed);
+            self.slots.fill(p, slot, seq);
             l.deactivated(p, cold);
             let to = if c.from() == PageState::Dirty {
                 PageState::InactiveDirty
@@ -733,7 +733,7 @@ impl Reclaimer {
                 // Taken back during a write-back and deactivated again: its new bytes must
                 // not reach the store before the old ones (they would be overwritten). It
                 // waits for the first write.
-                PageState::InactiveDirty if self.writing[p].load(Ordering::SeqCst) => Try::Busy,
+                PageState::InactiveDirty if self.writing.get(p, Ordering::SeqCst) => Try::Busy,
                 PageState::Busy => Try::Busy,
                 PageState::InactiveDirty if victims == Victims::Droppable => Try::Pass,
                 PageState::InactiveClean | PageState::InactiveDirty => {
@@ -780,7 +780,7 @@ impl Reclaimer {
         let unused = clean
             .iter()
             .chain(&dirty)
-            .filter(|c| self.prefetched[c.page()].swap(false, Ordering::Relaxed))
+            .filter(|c| self.prefetched.set(c.page(), false, Ordering::Relaxed))
             .count();
         self.counters
             .prefetched_evicted_unused
@@ -846,7 +846,7 @@ impl Reclaimer {
             write_ids.push(p as u64);
             write_buf.extend_from_slice(bytes);
             batch.push((p, slot));
-            self.writing[p].store(true, Ordering::SeqCst);
+            self.writing.set(p, true, Ordering::SeqCst);
             c.finish(PageState::Writeback);
         }
         self.slots.release(&zero_slots);
@@ -875,7 +875,7 @@ impl Reclaimer {
         let mut done = Vec::with_capacity(batch.len());
         let mut evicted = 0;
         for (p, slot) in batch {
-            self.writing[p].store(false, Ordering::SeqCst);
+            self.writing.set(p, false, Ordering::SeqCst);
             loop {
                 match table.claim(p, PageState::Writeback) {
                     Some(c) if self.slots.of(p) == Some(slot) => {

@@ -14,6 +14,9 @@ pub(super) struct Slots {
     free: Mutex<Vec<u32>>,
     /// The slot of each inactive page, [`NO_SLOT`] for others.
     of_page: Box<[AtomicU32]>,
+    /// By slot, the number of the deactivation that filled it (the sizer's ages): a slot's
+    /// worth, not a page's, since only an inactive page has an age to tell.
+    deactivation: Box<[AtomicU32]>,
 }
 
 impl Slots {
@@ -24,6 +27,7 @@ impl Slots {
             // as small as the list has ever been.
             free: Mutex::new((0..capacity as u32).rev().collect()),
             of_page: (0..npages).map(|_| AtomicU32::new(NO_SLOT)).collect(),
+            deactivation: (0..capacity.max(1)).map(|_| AtomicU32::new(0)).collect(),
         })
     }
 
@@ -49,6 +53,17 @@ impl Slots {
     pub fn of(&self, p: usize) -> Option<u32> {
         let s = self.of_page[p].load(Ordering::SeqCst);
         (s != NO_SLOT).then_some(s)
+    }
+
+    /// Page `p`, deactivated as number `seq`, now holds `slot`.
+    pub fn fill(&self, p: usize, slot: u32, seq: u32) {
+        self.deactivation[slot as usize].store(seq, Ordering::Relaxed);
+        self.set(p, slot);
+    }
+
+    /// The number of the deactivation that filled `slot`.
+    pub fn deactivation(&self, slot: u32) -> u32 {
+        self.deactivation[slot as usize].load(Ordering::Relaxed)
     }
 
     pub fn set(&self, p: usize, slot: u32) {

@@ -1,0 +1,46 @@
+//! A bit a page shared between threads: what a `Box<[AtomicBool]>` says, in an eighth of the
+//! memory (at 16 GiB of heap, 512 KiB instead of 4 MiB).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub(super) struct AtomicBits(Box<[AtomicU64]>);
+
+impl AtomicBits {
+    /// `n` bits, all clear.
+    pub fn new(n: usize) -> AtomicBits {
+        AtomicBits((0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    pub fn get(&self, i: usize, order: Ordering) -> bool {
+        self.0[i / 64].load(order) & (1 << (i % 64)) != 0
+    }
+
+    /// Sets bit `i` to `v`; returns what it was.
+    pub fn set(&self, i: usize, v: bool, order: Ordering) -> bool {
+        let bit = 1 << (i % 64);
+        let old = if v {
+            self.0[i / 64].fetch_or(bit, order)
+        } else {
+            self.0[i / 64].fetch_and(!bit, order)
+        };
+        old & bit != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bit_changes_alone_and_says_what_it_was() {
+        let b = AtomicBits::new(130);
+        assert!(!b.set(64, true, Ordering::Relaxed));
+        assert!(b.set(64, true, Ordering::Relaxed), "already set");
+        assert!(b.get(64, Ordering::Relaxed));
+        assert!(!b.get(63, Ordering::Relaxed) && !b.get(65, Ordering::Relaxed));
+        assert!(!b.set(129, true, Ordering::Relaxed), "the last bit exists");
+        assert!(b.set(64, false, Ordering::Relaxed));
+        assert!(!b.get(64, Ordering::Relaxed));
+        assert!(b.get(129, Ordering::Relaxed));
+    }
+}
