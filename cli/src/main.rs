@@ -345,11 +345,6 @@ fn main() -> ExitCode {
                 Err(e) => return fail(format!("--capacity: {e}")),
             };
             let listen = listen.0;
-            if token.is_none() && !listen.is_loopback() {
-                return fail(format!(
-                    "{listen} is not a loopback address: a server other machines can reach needs a token (--token-file PATH, or MEMLINER_TOKEN)"
-                ));
-            }
             let cfg = swap_backend::server::ServerConfig {
                 capacity_bytes,
                 token,
@@ -397,7 +392,17 @@ fn main() -> ExitCode {
                     h.wait();
                     ExitCode::SUCCESS
                 }
-                Err(e) => fail(format!("cannot listen on {listen}: {e}")),
+                Err(e) => {
+                    let needs_token = e
+                        .get_ref()
+                        .is_some_and(|i| i.is::<swap_backend::server::TokenRequired>());
+                    let hint = if needs_token {
+                        " (--token-file PATH, or MEMLINER_TOKEN)"
+                    } else {
+                        ""
+                    };
+                    fail(format!("cannot listen on {listen}: {e}{hint}"))
+                }
             }
         }
         Cmd::Demo {

@@ -75,10 +75,40 @@ impl Default for Limits {
     }
 }
 
+/// Why a listener was refused: other machines could reach it and the configuration has no
+/// token (see [`ServerConfig::admits_listener`]). The error inside the `io::Error`, so that a
+/// front end can add how its users give a token.
+#[derive(Debug)]
+pub struct TokenRequired(pub std::net::IpAddr);
+
+impl std::fmt::Display for TokenRequired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is not a loopback address: a server other machines can reach needs a token",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for TokenRequired {}
+
 impl ServerConfig {
     /// Pages of storage across all clients.
     fn capacity_pages(&self) -> u64 {
         self.capacity_bytes / PAGE_SIZE as u64
+    }
+
+    /// Whether a TCP listener at `addr` may serve with this configuration: one that other
+    /// machines can reach (any address but loopback) only with a token.
+    pub fn admits_listener(&self, addr: &SocketAddr) -> std::io::Result<()> {
+        if self.token.is_none() && !addr.ip().is_loopback() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                TokenRequired(addr.ip()),
+            ));
+        }
+        Ok(())
     }
 
     /// `capacity_bytes` for every client together, no token, quiet, no emulated latency, TCP
@@ -384,6 +414,7 @@ pub fn spawn(listen: &str, config: ServerConfig) -> std::io::Result<ServerHandle
     let started_by = started_now();
     let listener = TcpListener::bind(listen)?;
     let addr = listener.local_addr()?;
+    config.admits_listener(&addr)?;
     let target = if config.fabric {
         Some(
             Target::start(
@@ -1232,6 +1263,25 @@ impl std::fmt::Debug for ServerHandle {
 mod tests {
     use super::*;
     use std::borrow::Cow;
+
+    #[test]
+    fn a_listener_other_machines_can_reach_needs_a_token() {
+        let Err(e) = spawn("0.0.0.0:0", ServerConfig::with_capacity(1 << 20)) else {
+            panic!("served without a token on every address");
+        };
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(e.get_ref().is_some_and(|i| i.is::<TokenRequired>()), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "0.0.0.0 is not a loopback address: a server other machines can reach needs a token"
+        );
+        let with_token = ServerConfig {
+            token: Some("s3cret".into()),
+            ..ServerConfig::with_capacity(1 << 20)
+        };
+        spawn("0.0.0.0:0", with_token).expect("a token admits it");
+        spawn("127.0.0.1:0", ServerConfig::with_capacity(1 << 20)).expect("loopback needs none");
+    }
 
     fn shared(capacity_pages: u64, quota_pages: Option<u64>) -> Shared {
         Shared::new(
