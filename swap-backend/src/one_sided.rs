@@ -317,6 +317,17 @@ impl PageSlots {
             .get(i % Self::SEGMENT)
     }
 
+    fn dense_at_mut(&mut self, id: u64) -> Option<&mut u32> {
+        if id >= Self::DENSE_IDS {
+            return None;
+        }
+        let i = id as usize;
+        self.dense
+            .get_mut(i / Self::SEGMENT)?
+            .as_mut()?
+            .get_mut(i % Self::SEGMENT)
+    }
+
     fn get(&self, id: u64) -> Option<u64> {
         match self.dense_at(id) {
             Some(&s) if s != Self::NONE => Some(u64::from(s)),
@@ -342,20 +353,13 @@ impl PageSlots {
     }
 
     fn remove(&mut self, id: u64) -> Option<u64> {
-        let dense = (id < Self::DENSE_IDS)
-            .then(|| {
-                let i = id as usize;
-                self.dense
-                    .get_mut(i / Self::SEGMENT)?
-                    .as_mut()?
-                    .get_mut(i % Self::SEGMENT)
-            })
-            .flatten();
-        match dense {
-            Some(s) if *s != Self::NONE => Some(u64::from(std::mem::replace(s, Self::NONE))),
-            _ if self.beyond.is_empty() => None,
-            _ => self.beyond.remove(&id),
+        if let Some(s) = self.dense_at_mut(id).filter(|s| **s != Self::NONE) {
+            return Some(u64::from(std::mem::replace(s, Self::NONE)));
         }
+        if self.beyond.is_empty() {
+            return None;
+        }
+        self.beyond.remove(&id)
     }
 
     /// Segments made (what the table holds for dense ids is this times [`Self::SEGMENT`]).

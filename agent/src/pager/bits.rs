@@ -25,6 +25,18 @@ impl AtomicBits {
         };
         old & bit != 0
     }
+
+    /// [`set`](Self::set) with relaxed order, for a bit only one thread at a time changes
+    /// (the holder of the page's claim): read first, and written only when it changes. Most
+    /// calls find it as wanted (a fault clearing a bit already clear), and a read costs the
+    /// fault path less than a locked write to a word other pages share.
+    pub fn put(&self, i: usize, v: bool) -> bool {
+        let old = self.get(i, Ordering::Relaxed);
+        if old != v {
+            self.set(i, v, Ordering::Relaxed);
+        }
+        old
+    }
 }
 
 #[cfg(test)]
@@ -42,5 +54,10 @@ mod tests {
         assert!(b.set(64, false, Ordering::Relaxed));
         assert!(!b.get(64, Ordering::Relaxed));
         assert!(b.get(129, Ordering::Relaxed));
+        assert!(b.put(129, false), "put says what it was");
+        assert!(!b.put(129, false), "and leaves it as wanted");
+        assert!(!b.get(129, Ordering::Relaxed));
+        assert!(!b.put(3, true));
+        assert!(b.get(3, Ordering::Relaxed));
     }
 }

@@ -335,8 +335,7 @@ impl Reclaimer {
         );
         // Without working-set detection (FIFO) every page starts on probation.
         let refault = arrival == Arrival::Refault && self.replacement == Replacement::Lru;
-        self.prefetched
-            .set(p, arrival == Arrival::Prefetched, Ordering::Relaxed);
+        self.prefetched.put(p, arrival == Arrival::Prefetched);
         let judged = self.lists.lock().unwrap().admit(p, how, refault);
         if let Refault::Workingset { distance } | Refault::Distant { distance } = judged {
             self.sizer.refault(distance);
@@ -386,7 +385,7 @@ impl Reclaimer {
     /// (its claim holder calls): a reference the lists see without unmapping it. `promote`:
     /// the writer's touch counts (an application write of a cold page makes it hot).
     pub fn referenced(&self, p: usize, promote: bool) -> bool {
-        self.prefetched.set(p, false, Ordering::Relaxed);
+        self.prefetched.put(p, false);
         let mut l = self.lists.lock().unwrap();
         let was_cold = l.list_of(p) == List::Cold;
         if promote || !was_cold {
@@ -427,7 +426,7 @@ impl Reclaimer {
         }
         self.sizer.reactivation(age as u64);
         self.counters.reactivated.fetch_add(1, Ordering::Relaxed);
-        self.prefetched.set(p, false, Ordering::Relaxed);
+        self.prefetched.put(p, false);
         let mut l = self.lists.lock().unwrap();
         if in_writeback {
             // Out of the lists since its eviction began: no longer counted as written back.
@@ -780,7 +779,7 @@ impl Reclaimer {
         let unused = clean
             .iter()
             .chain(&dirty)
-            .filter(|c| self.prefetched.set(c.page(), false, Ordering::Relaxed))
+            .filter(|c| self.prefetched.put(c.page(), false))
             .count();
         self.counters
             .prefetched_evicted_unused
