@@ -18,73 +18,7 @@
 //! Nothing here guesses: a page whose region was not known at the pause's start (no reader of
 //! the collector's layout, a region free then) is `pause_other`.
 
-/// What the collector was doing; the stats document names it as `name` does.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    strum::EnumCount,
-    strum::VariantArray,
-    strum::IntoStaticStr,
-)]
-#[strum(serialize_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
-pub enum GcActivity {
-    /// A pause copying live objects out of young regions (eden and survivors).
-    YoungEvacuation,
-    /// A pause copying live objects out of old regions in the collection set (mixed
-    /// collections): regions the pause freed.
-    MixedEvacuation,
-    /// A pause reading old regions it keeps: dirty cards, remembered sets and roots that point
-    /// into the collection set.
-    CardScan,
-    /// A pause reading humongous regions (their cards, or their eager reclaim).
-    Humongous,
-    /// G1's remark and cleanup pauses.
-    RemarkCleanup,
-    /// A full (compacting) collection.
-    FullGc,
-    /// A pause whose page lay where the collector's layout said nothing (or no layout).
-    PauseOther,
-    /// Concurrent marking threads (`G1 Conc#`, `G1 Main Marker`): root regions, marking,
-    /// remembered-set rebuild.
-    ConcurrentMark,
-    /// Concurrent refinement threads (`G1 Refine#`): dirty cards of old regions.
-    ConcurrentRefinement,
-    /// A concurrently evacuating collector (Shenandoah) copying its collection set: its
-    /// concurrent threads' faults on collection-set regions while it has one.
-    ConcurrentEvacuation,
-    /// The same collector's other regions read while it has a collection set: references
-    /// updated to the copies.
-    ConcurrentUpdateRefs,
-    /// Other concurrent GC work: `G1 Service`, ZGC's workers, concurrent threads before a
-    /// collector's first pause.
-    ConcurrentOther,
-}
-
-impl GcActivity {
-    pub const COUNT: usize = <GcActivity as strum::EnumCount>::COUNT;
-    pub const ALL: &'static [GcActivity] = <GcActivity as strum::VariantArray>::VARIANTS;
-
-    /// Work done inside a stop-the-world pause.
-    pub fn in_pause(self) -> bool {
-        !matches!(
-            self,
-            GcActivity::ConcurrentMark
-                | GcActivity::ConcurrentRefinement
-                | GcActivity::ConcurrentEvacuation
-                | GcActivity::ConcurrentUpdateRefs
-                | GcActivity::ConcurrentOther
-        )
-    }
-}
+pub use memliner_contracts::model::GcActivity;
 
 /// What a region of the heap was at a pause's start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,8 +29,7 @@ fn read_maps() -> Result<Vec<Mapping>, String> {
         .map_err(|e| format!("cannot read /proc/self/maps: {e}"))
 }
 
-/// Why a ZGC heap is not paged; the line names the collectors that are.
-pub const ZGC_REFUSED: &str = "ZGC maps its heap several times over shared memory, which the pager does not handle; use G1, Parallel, Serial or Shenandoah";
+pub use memliner_contracts::ZGC_REFUSED;
 
 /// Finds the reserved heap and its anonymous spans.
 pub fn discover() -> Result<FoundHeap, String> {

@@ -6,58 +6,9 @@
 //! The JVM meets the agent in `runtime` (`Agent_OnLoad`, the JVMTI callbacks) and, on a
 //! GC-hook patched JVM, in `hooks`.
 
-/// `name()`, how options, stats and metrics spell a value (its `strum::IntoStaticStr` name),
-/// and a `Display` that writes it: one definition for the enums those documents name.
-macro_rules! named {
-    ($($t:ty),*) => {$(
-        impl $t {
-            /// How the options, the stats document and `/metrics` spell it.
-            pub fn name(self) -> &'static str {
-                self.into()
-            }
-        }
-
-        impl std::fmt::Display for $t {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-    )*};
-}
-
-/// An enum whose values options and documents name in lower case (`policy=memliner`,
-/// `"delivery": "signal"`): its derives, its names (`strum` for parsing and the choices an error
-/// lists, `serde` for the stats document) and `named!`'s `name()` and `Display`, in one place.
-macro_rules! lowercase_enum {
-    ($(#[$m:meta])* $vis:vis enum $name:ident { $($body:tt)* }) => {
-        $(#[$m])*
-        #[derive(
-            Clone,
-            Copy,
-            Debug,
-            PartialEq,
-            Eq,
-            serde::Serialize,
-            serde::Deserialize,
-            strum::EnumString,
-            strum::IntoStaticStr,
-            strum::VariantNames,
-        )]
-        #[serde(rename_all = "lowercase")]
-        #[strum(serialize_all = "lowercase")]
-        $vis enum $name { $($body)* }
-
-        named!($name);
-    };
-}
-
-named!(
-    model::ThreadClass,
-    model::FaultKind,
-    gc_activity::GcActivity,
-    pager::Role,
-    gc_layout::Reason
-);
+// The enums the pager and the collector's layout name in the stats document; the contracts
+// crate's own are named there.
+memliner_contracts::named!(pager::Role, gc_layout::Reason);
 
 /// Every allocation of the agent counted, for the stats (see `memory`); in the `memliner`
 /// command and the tests that link this crate it counts theirs, which nobody reads.
@@ -73,7 +24,7 @@ mod logging;
 pub mod maps;
 pub mod memory;
 pub mod model;
-pub mod options;
+pub use memliner_contracts::options;
 pub mod pager;
 pub mod perfdata;
 pub mod policy;
@@ -81,7 +32,8 @@ pub mod prefetch;
 mod runtime;
 pub mod stats;
 pub mod threads;
-pub mod uffd;
+pub use memliner_uffd as uffd;
 pub mod vmstructs;
 
-pub use runtime::{fatal, host_name, FATAL_EXIT_CODE};
+pub use memliner_contracts::{host_name, FATAL_EXIT_CODE};
+pub use runtime::fatal;

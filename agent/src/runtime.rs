@@ -17,14 +17,12 @@ use crate::logging::log;
 use crate::options::{self, LogLevel, Options, Policy};
 use crate::pager::{Pager, PagerConfig};
 use crate::{gc_activity, gc_layout, heap, hooks, jvmti, model, perfdata, policy, stats, threads};
+use crate::{host_name, FATAL_EXIT_CODE};
 use swap_backend::fabric::FabricStore;
 use swap_backend::{
     ClientOptions, LocalStore, Member, PageStore, ReplicatedStore, Scheme, ServerUrl, TcpStore,
     PAGE_SIZE,
 };
-
-/// Exit status of a JVM stopped because a page could not be served correctly.
-pub const FATAL_EXIT_CODE: i32 = 70;
 
 /// Smallest budget the pager runs with: eviction batches and fill-ahead need some room.
 const MIN_BUDGET_PAGES: usize = 256;
@@ -416,13 +414,6 @@ fn start_paging(rt: &'static Runtime) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// This host's name, for stats paths (`%h`).
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
 }
 
 /// When the stats document is written.

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use memliner_agent::stats::doc::StatsDoc;
+use memliner_contracts::stats::StatsDoc;
 
 use crate::live::{self, Source};
 use swap_backend::units::format_size;

@@ -10,7 +10,7 @@ use crate::bench::{self, kernel};
 use crate::run::{launch, RunConfig, Transport};
 use crate::workloads::{self, Workload};
 use crate::{locate, summary};
-use memliner_agent::options::Budget;
+use memliner_contracts::options::Budget;
 
 /// What the demo runs.
 #[derive(Clone, Debug)]
@@ -56,7 +56,7 @@ fn paged(
     cfg: &RunConfig,
     cmd: &[String],
     label: String,
-) -> Result<(Row, Option<memliner_agent::stats::doc::StatsDoc>), String> {
+) -> Result<(Row, Option<memliner_contracts::stats::StatsDoc>), String> {
     eprintln!("memliner: running {label}");
     let out = launch(cfg, cmd, true)?;
     let checksum = checked(&out, &label)?;

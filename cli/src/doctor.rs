@@ -11,8 +11,8 @@ use swap_backend::memfile::MemfileStore;
 use swap_backend::rdma_stack::{self, Device, Library};
 use swap_backend::{ClientOptions, PageStore, Scheme, ServerUrl, TcpStore, PAGE_SIZE};
 
-use memliner_agent::stats::doc::StatsDoc;
-use memliner_agent::uffd;
+use memliner_contracts::stats::StatsDoc;
+use memliner_uffd as uffd;
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

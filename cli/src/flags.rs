@@ -3,7 +3,7 @@
 //! value set through the agent's own parser. A new option gets its flag by being in the table.
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
-use memliner_agent::options::{OptionError, Options, RunDefault, OPTIONS};
+use memliner_contracts::options::{OptionError, Options, RunDefault, OPTIONS};
 
 /// The agent options given on `memliner run`'s command line, as (key, value) in table order.
 #[derive(Clone, Debug, Default)]

@@ -11,9 +11,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use memliner_agent::options;
-use memliner_agent::stats::doc::StatsDoc;
-use memliner_agent::stats::metrics::TargetGroup;
+use memliner_contracts::options;
+use memliner_contracts::stats::StatsDoc;
+use memliner_contracts::targets::TargetGroup;
 
 use crate::locate::AGENT_FILE;
 
@@ -52,7 +52,7 @@ pub enum LiveError {
     #[error("process {pid}'s agent options: {error}")]
     BadOptions {
         pid: u32,
-        error: memliner_agent::options::OptionError,
+        error: memliner_contracts::options::OptionError,
     },
     #[error("cannot signal JVM {pid}: {error}")]
     Signal { pid: u32, error: std::io::Error },
@@ -295,7 +295,7 @@ fn dump_path(p: &Process) -> Result<PathBuf, LiveError> {
         options::dump_path(
             o.stats.as_deref(),
             p.pid,
-            &memliner_agent::host_name(),
+            &memliner_contracts::host_name(),
             tmpdir.as_deref(),
         ),
     ))
@@ -317,7 +317,7 @@ pub fn metrics_target(pid: u32) -> Result<String, LiveError> {
         options::metrics_path(
             o.metrics_file.as_deref(),
             pid,
-            &memliner_agent::host_name(),
+            &memliner_contracts::host_name(),
             tmpdir.as_deref(),
         ),
     );

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use memliner_agent::options::{Budget, OptionError, Options, Policy};
-use memliner_agent::stats::doc::StatsDoc;
+use memliner_contracts::options::{Budget, OptionError, Options, Policy};
+use memliner_contracts::stats::StatsDoc;
 use swap_backend::server::{self, ServerConfig, ServerHandle};
 
 /// How to run one JVM.
@@ -395,10 +395,10 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
     // A template (`%p`, `%h`, a directory) names the JVM's own file: the command's when it is
     // the JVM itself (a launcher's JVMs are for `memliner stats`).
     let stats_path = stats_path.map(|p: PathBuf| {
-        PathBuf::from(memliner_agent::options::stats_path(
+        PathBuf::from(memliner_contracts::options::stats_path(
             &p.display().to_string(),
             child_pid,
-            &memliner_agent::host_name(),
+            &memliner_contracts::host_name(),
         ))
     });
     let stats = stats_path.as_ref().and_then(|p| {

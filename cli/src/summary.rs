@@ -1,6 +1,6 @@
 //! The short report `memliner run` prints when the JVM exits.
 
-use memliner_agent::stats::doc::StatsDoc;
+use memliner_contracts::stats::StatsDoc;
 use swap_backend::units::format_size;
 
 /// Lines summarising a stats document.
@@ -21,7 +21,7 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
         format_size(budget * 4096),
         100.0 * budget as f64 / heap_pages as f64,
         pager.store,
-        if pager.delivery == memliner_agent::model::FaultDelivery::Signal {
+        if pager.delivery == memliner_contracts::model::FaultDelivery::Signal {
             "the faulting threads"
         } else {
             "handler threads"
@@ -217,7 +217,7 @@ mod tests {
     #[test]
     fn summarises_a_document() {
         let mut doc = StatsDoc::sample();
-        doc.policy = memliner_agent::options::Policy::Baseline;
+        doc.policy = memliner_contracts::options::Policy::Baseline;
         let text = lines(&doc).join("\n");
         assert!(
             text.contains("G1 heap 64.0 MiB, local 16.0 MiB (25%), policy baseline, pages to tcp://127.0.0.1:1, faults served by the faulting threads"),
@@ -248,7 +248,7 @@ mod tests {
             "{text}"
         );
         let off = StatsDoc {
-            policy: memliner_agent::options::Policy::Off,
+            policy: memliner_contracts::options::Policy::Off,
             pager: None,
             ..StatsDoc::sample()
         };

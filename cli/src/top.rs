@@ -7,6 +7,7 @@
 //! through their `/metrics` (`metrics=`, located by the target file the agent writes). The
 //! terminal is restored on every way out: `q`, Ctrl-C, SIGTERM/SIGHUP, an error, a panic.
 
+use memliner_contracts::metrics::{jvm, server};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -81,21 +82,11 @@ pub fn rates(before: &Page, now: &Page, secs: f64) -> Rates {
     let per_s = |name: &str, with: &[(&str, &str)]| {
         (now.sum(name, with) - before.sum(name, with)).max(0.0) / secs.max(1e-9)
     };
-    let faults = |class: &str| {
-        per_s(
-            "memliner_jvm_faults_total",
-            &[("kind", "remote"), ("class", class)],
-        )
-    };
-    let all = per_s("memliner_jvm_faults_total", &[("kind", "remote")]);
+    let faults = |class: &str| per_s(jvm::FAULTS_TOTAL, &[("kind", "remote"), ("class", class)]);
+    let all = per_s(jvm::FAULTS_TOTAL, &[("kind", "remote")]);
     let app = faults("application");
     let gc = faults("gc") + faults("gc-concurrent");
-    let lat = |p: &Page| {
-        p.buckets(
-            "memliner_jvm_fault_latency_seconds",
-            &[("source", "remote")],
-        )
-    };
+    let lat = |p: &Page| p.buckets(jvm::FAULT_LATENCY_SECONDS, &[("source", "remote")]);
     let d = scrape::bucket_delta(&lat(now), &lat(before));
     let label = |name: &str, key: &str| {
         now.find(name, &[])
@@ -105,16 +96,16 @@ pub fn rates(before: &Page, now: &Page, secs: f64) -> Rates {
             .to_string()
     };
     Rates {
-        budget_mib: now.sum("memliner_jvm_budget_bytes", &[]) / MIB,
-        resident_mib: now.sum("memliner_jvm_resident_bytes", &[]) / MIB,
+        budget_mib: now.sum(jvm::BUDGET_BYTES, &[]) / MIB,
+        resident_mib: now.sum(jvm::RESIDENT_BYTES, &[]) / MIB,
         app,
         gc,
         other: (all - app - gc).max(0.0),
-        in_mib_s: per_s("memliner_jvm_remote_read_bytes_total", &[]) / MIB,
-        out_mib_s: per_s("memliner_jvm_remote_written_bytes_total", &[]) / MIB,
+        in_mib_s: per_s(jvm::REMOTE_READ_BYTES_TOTAL, &[]) / MIB,
+        out_mib_s: per_s(jvm::REMOTE_WRITTEN_BYTES_TOTAL, &[]) / MIB,
         p99_us: scrape::quantile(0.99, &d).map(|s| s * 1e6),
-        store: label("memliner_jvm_info", "store"),
-        collector: label("memliner_jvm_info", "collector"),
+        store: label(jvm::INFO, "store"),
+        collector: label(jvm::INFO, "collector"),
     }
 }
 
@@ -427,14 +418,14 @@ impl View {
                     r.p99_us.map_or("-".into(), |p| format!("{p:.0} us"))
                 )));
                 if let Some((_, page)) = &j.last {
-                    let ev = |s| page.sum("memliner_jvm_evictions_total", &[("state", s)]);
+                    let ev = |s| page.sum(jvm::EVICTIONS_TOTAL, &[("state", s)]);
                     lines.push(Line::from(format!(
                         "evictions: clean {:.0}, dirty {:.0}, zero {:.0}; prefetched {:.0} pages, wasted {:.0}",
                         ev("clean"),
                         ev("dirty"),
                         ev("zero"),
-                        page.sum("memliner_jvm_prefetch_pages_total", &[]),
-                        page.sum("memliner_jvm_prefetch_wasted_pages_total", &[]),
+                        page.sum(jvm::PREFETCH_PAGES_TOTAL, &[]),
+                        page.sum(jvm::PREFETCH_WASTED_PAGES_TOTAL, &[]),
                     )));
                 }
             }
@@ -491,9 +482,9 @@ impl View {
                     "-".into(),
                     "-".into(),
                     "-".into(),
-                    format!("{:.0}", p.sum("memliner_server_capacity_bytes", &[]) / MIB),
-                    format!("{:.0}", p.sum("memliner_server_used_bytes", &[]) / MIB),
-                    format!("{:.0}", p.sum("memliner_server_namespaces", &[])),
+                    format!("{:.0}", p.sum(server::CAPACITY_BYTES, &[]) / MIB),
+                    format!("{:.0}", p.sum(server::USED_BYTES, &[]) / MIB),
+                    format!("{:.0}", p.sum(server::NAMESPACES, &[])),
                 ],
                 Err(e) => vec![format!("metrics {addr}: {e}")],
             });

@@ -6,10 +6,11 @@
 //! A JVM without it is asked by SIGQUIT each interval (its thread dump then goes to its
 //! stdout, and the latency shown is since the start): said once, on stderr.
 
+use memliner_contracts::metrics::jvm;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use memliner_agent::stats::doc::StatsDoc;
+use memliner_contracts::stats::StatsDoc;
 
 use crate::live::{self, LiveError};
 use crate::scrape::{self, Page};
@@ -34,23 +35,15 @@ pub struct Snapshot {
 impl Snapshot {
     pub fn from_page(p: &Page) -> Snapshot {
         let remote = [("kind", "remote")];
-        let gc = |class| {
-            p.sum(
-                "memliner_jvm_faults_total",
-                &[("kind", "remote"), ("class", class)],
-            )
-        };
+        let gc = |class| p.sum(jvm::FAULTS_TOTAL, &[("kind", "remote"), ("class", class)]);
         Snapshot {
-            remote_faults: p.sum("memliner_jvm_faults_total", &remote),
+            remote_faults: p.sum(jvm::FAULTS_TOTAL, &remote),
             gc_remote_faults: gc("gc") + gc("gc-concurrent"),
-            read_bytes: p.sum("memliner_jvm_remote_read_bytes_total", &[]),
-            written_bytes: p.sum("memliner_jvm_remote_written_bytes_total", &[]),
-            resident_bytes: p.sum("memliner_jvm_resident_bytes", &[]),
-            budget_bytes: p.sum("memliner_jvm_budget_bytes", &[]),
-            buckets: p.buckets(
-                "memliner_jvm_fault_latency_seconds",
-                &[("source", "remote")],
-            ),
+            read_bytes: p.sum(jvm::REMOTE_READ_BYTES_TOTAL, &[]),
+            written_bytes: p.sum(jvm::REMOTE_WRITTEN_BYTES_TOTAL, &[]),
+            resident_bytes: p.sum(jvm::RESIDENT_BYTES, &[]),
+            budget_bytes: p.sum(jvm::BUDGET_BYTES, &[]),
+            buckets: p.buckets(jvm::FAULT_LATENCY_SECONDS, &[("source", "remote")]),
             since_start: None,
         }
     }

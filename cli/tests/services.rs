@@ -10,8 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use memliner_agent::stats::doc::StatsDoc;
 use memliner_cli::locate;
+use memliner_contracts::stats::StatsDoc;
 
 fn root() -> PathBuf {
     locate::project_root().expect("run from the checkout")

@@ -14,8 +14,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use serde::{Deserialize, Serialize};
-
 use crate::protocol::PAGE_SIZE;
 use crate::store::{PageStore, StoreError};
 
@@ -52,17 +50,7 @@ impl std::fmt::Display for Mismatch {
     }
 }
 
-/// What the checks found: one of the stats document's parts.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct IntegrityStats {
-    /// Pages read and found as written.
-    pub pages_verified: u64,
-    /// Pages a server returned with other bytes than were written (never installed).
-    pub mismatches: u64,
-    /// Pages read that no checksum was kept for (written before the client started).
-    pub pages_unchecked: u64,
-}
+pub use memliner_contracts::store_stats::IntegrityStats;
 
 /// The sums of a segment's pages, and which of them hold one (a bit per page: a sum of zero
 /// is a sum like any other).

@@ -3,7 +3,9 @@
 //!
 //! Data flows one way: the agent's pager calls a [`PageStore`]; nothing here knows about JVMs.
 
-pub mod auth;
+// The wire, URLs and units live in their own crate (`memliner-protocol`); their paths stay.
+pub use memliner_protocol::{auth, protocol, units, url};
+
 pub mod checksum;
 pub mod conformance;
 pub mod cpu;
@@ -14,16 +16,14 @@ pub mod memory;
 pub mod metrics;
 pub mod one_sided;
 mod page_map;
-pub mod protocol;
 pub mod rdma_stack;
 pub mod replica;
-pub mod replication_stats;
+/// The replicated store's part of the stats document (defined with the document).
+pub use memliner_contracts::store_stats as replication_stats;
 pub mod server;
 pub mod spin;
 pub mod store;
 pub mod tcp;
-pub mod units;
-pub mod url;
 
 pub use protocol::Lane;
 pub use protocol::PAGE_SIZE;

@@ -4,6 +4,7 @@
 //!
 //! The server hands a snapshot function over; this module only formats and serves.
 
+use memliner_contracts::metrics::server;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,49 +46,49 @@ type PerNamespace = fn(&NamespaceFigures) -> u64;
 /// The per-namespace families: name, type, help, value.
 const NAMESPACE_FAMILIES: [(&str, &str, &str, PerNamespace); 8] = [
     (
-        "memliner_namespace_pages",
+        server::NAMESPACE_PAGES,
         "gauge",
         "Pages a namespace holds (stored, and one-sided slots granted).",
         |n| n.pages,
     ),
     (
-        "memliner_namespace_connections",
+        server::NAMESPACE_CONNECTIONS,
         "gauge",
         "Connections open in a namespace.",
         |n| n.connections,
     ),
     (
-        "memliner_namespace_read_pages_total",
+        server::NAMESPACE_READ_PAGES_TOTAL,
         "counter",
         "Pages a namespace read over TCP.",
         |n| n.pages_read,
     ),
     (
-        "memliner_namespace_written_pages_total",
+        server::NAMESPACE_WRITTEN_PAGES_TOTAL,
         "counter",
         "Pages a namespace wrote over TCP.",
         |n| n.pages_written,
     ),
     (
-        "memliner_namespace_read_bytes_total",
+        server::NAMESPACE_READ_BYTES_TOTAL,
         "counter",
         "Page bytes a namespace read over TCP.",
         |n| n.pages_read * crate::protocol::PAGE_SIZE as u64,
     ),
     (
-        "memliner_namespace_written_bytes_total",
+        server::NAMESPACE_WRITTEN_BYTES_TOTAL,
         "counter",
         "Page bytes a namespace wrote over TCP.",
         |n| n.pages_written * crate::protocol::PAGE_SIZE as u64,
     ),
     (
-        "memliner_namespace_freed_pages_total",
+        server::NAMESPACE_FREED_PAGES_TOTAL,
         "counter",
         "Pages a namespace freed.",
         |n| n.pages_freed,
     ),
     (
-        "memliner_namespace_errors_total",
+        server::NAMESPACE_ERRORS_TOTAL,
         "counter",
         "Requests of a namespace the server refused.",
         |n| n.errors,
@@ -99,37 +100,37 @@ pub fn render(f: &Figures) -> String {
     let page = crate::protocol::PAGE_SIZE as u64;
     let server = [
         (
-            "memliner_server_capacity_bytes",
+            server::CAPACITY_BYTES,
             "gauge",
             "Bytes of page storage for all clients together.",
             f.capacity_pages * page,
         ),
         (
-            "memliner_server_used_bytes",
+            server::USED_BYTES,
             "gauge",
             "Bytes of page storage held by clients.",
             f.used_pages * page,
         ),
         (
-            "memliner_server_connections",
+            server::CONNECTIONS,
             "gauge",
             "Client connections open.",
             f.connections,
         ),
         (
-            "memliner_server_namespaces",
+            server::NAMESPACES,
             "gauge",
             "Namespaces held (one per client JVM).",
             f.namespaces.len() as u64,
         ),
         (
-            "memliner_server_read_bytes_total",
+            server::READ_BYTES_TOTAL,
             "counter",
             "Page bytes read by clients over TCP.",
             f.pages_read * page,
         ),
         (
-            "memliner_server_written_bytes_total",
+            server::WRITTEN_BYTES_TOTAL,
             "counter",
             "Page bytes written by clients over TCP.",
             f.pages_written * page,
@@ -357,7 +358,14 @@ mod tests {
             t.contains("memliner_namespace_errors_total{namespace=\"host/12/\\\"x\\\"\"} 4\n"),
             "{t}"
         );
-        // Every server metric the dashboard in the repository draws is on the page.
+        // Every server metric named in the contracts (what `memliner top` reads among them) is
+        // on the page, and so is every one the dashboard in the repository draws.
+        for name in server::ALL {
+            assert!(
+                t.contains(&format!("# TYPE {name} ")),
+                "{name} is named but not served"
+            );
+        }
         let dashboard = include_str!("../../scripts/grafana/memliner.json");
         for prefix in ["memliner_server_", "memliner_namespace_"] {
             for (i, _) in dashboard.match_indices(prefix) {

@@ -36,8 +36,7 @@ use crate::store::{PageStore, StoreError};
 
 /// Pages per stripe: one server's share of neighbouring pages.
 pub const STRIPE_PAGES: u64 = 64;
-/// Servers one store can spread over (the masks are 16 bits).
-pub const MAX_SERVERS: usize = 16;
+pub use memliner_protocol::url::MAX_SERVERS;
 /// Locks between the pager's requests and re-replication, by stripe.
 const SHARDS: u64 = 64;
 /// Pages per segment of the mask table (allocated when first written).

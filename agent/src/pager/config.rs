@@ -6,17 +6,7 @@ use std::time::Duration;
 use crate::model::FaultDelivery;
 use crate::policy::PagingPolicy;
 
-lowercase_enum! {
-    /// How the reclaimer chooses victims (`lru`, `fifo` in options and stats).
-    pub enum Replacement {
-        /// The kernel's two lists with working-set detection and references sampled by unmapping
-        /// (see `reclaim::lists`).
-        Lru,
-        /// Arrival order: no sampling, no working-set detection (pages written while mapped still
-        /// get a second chance). For comparison.
-        Fifo,
-    }
-}
+pub use memliner_contracts::model::Replacement;
 
 /// How long the sampling window (the inactive list of unmapped pages) is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,6 +8,7 @@
 //! It takes no lock a fault takes, so no thread of the JVM waits for it. The stats document
 //! (`stats=`, SIGQUIT) is the finer, costlier view of the same counters.
 
+use memliner_contracts::metrics::jvm;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -24,41 +25,7 @@ fn ld(a: &AtomicU64) -> f64 {
     a.load(Ordering::Relaxed) as f64
 }
 
-/// The metrics target file (`metrics_file=`): one group of Prometheus's file-based discovery
-/// format, `[{"targets": ["HOST:PORT"], "labels": {...}}]`. Written by the agent, read by
-/// `memliner stats --every`, `memliner top`, the bench and the tests: defined once here.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TargetGroup {
-    pub targets: Vec<String>,
-    /// `pid`, `host`, and `job`/`instance` when given.
-    pub labels: std::collections::BTreeMap<String, String>,
-}
-
-impl TargetGroup {
-    /// The file's text: a list of one group.
-    pub fn to_file(&self) -> String {
-        serde_json::to_string(&[self]).unwrap_or_default() + "\n"
-    }
-
-    /// The group an agent wrote to `path`, once it has (`None` before, or for another file).
-    pub fn read(path: &std::path::Path) -> Option<TargetGroup> {
-        let text = std::fs::read_to_string(path).ok()?;
-        serde_json::from_str::<Vec<TargetGroup>>(&text)
-            .ok()?
-            .into_iter()
-            .next()
-    }
-
-    /// Where the JVM serves `/metrics`.
-    pub fn addr(&self) -> Option<&str> {
-        self.targets.first().map(String::as_str)
-    }
-
-    /// The JVM's pid.
-    pub fn pid(&self) -> Option<u32> {
-        self.labels.get("pid")?.parse().ok()
-    }
-}
+pub use memliner_contracts::targets::TargetGroup;
 
 /// What the page's every series carries: who this JVM is.
 #[derive(Clone, Debug)]
@@ -89,12 +56,12 @@ pub fn page(
     let collector = heap.map_or("", |h| h.collector.as_str());
     let delivery = pager.map_or("", |p| p.delivery().name());
     e.family(
-        "memliner_jvm_info",
+        jvm::INFO,
         "gauge",
         "The agent's settings: policy, collector, fault delivery, replacement (always 1).",
     )
     .sample(
-        "memliner_jvm_info",
+        jvm::INFO,
         &[
             ("policy", options.policy.name()),
             ("collector", collector),
@@ -104,25 +71,25 @@ pub fn page(
         1.0,
     );
     e.single(
-        "memliner_jvm_paging",
+        jvm::PAGING,
         "gauge",
         "Whether the heap is paged (0: starting, policy=off, or running without far memory).",
         u8::from(pager.is_some()),
     );
     e.single(
-        "memliner_jvm_uptime_seconds",
+        jvm::UPTIME_SECONDS,
         "gauge",
         "Seconds since the agent loaded.",
         uptime.as_secs_f64(),
     );
     e.single(
-        "memliner_jvm_gc_pauses_total",
+        jvm::GC_PAUSES_TOTAL,
         "counter",
         "Stop-the-world GC pauses (JVMTI GarbageCollectionStart/Finish).",
         ld(&gc.pauses),
     );
     e.single(
-        "memliner_jvm_gc_pause_seconds_total",
+        jvm::GC_PAUSE_SECONDS_TOTAL,
         "counter",
         "Time in stop-the-world GC pauses.",
         ld(&gc.total_ns) / 1e9,
@@ -138,26 +105,26 @@ fn paged(e: &mut Exposition, p: &Pager) {
     let page = PAGE_SIZE as f64;
     let c = p.counters();
     e.single(
-        "memliner_jvm_heap_bytes",
+        jvm::HEAP_BYTES,
         "gauge",
         "Bytes of the paged heap (its reserved size).",
         p.npages() as f64 * page,
     );
     e.single(
-        "memliner_jvm_budget_bytes",
+        jvm::BUDGET_BYTES,
         "gauge",
         "Local budget: bytes of the heap that may be resident.",
         p.budget_pages() as f64 * page,
     );
     e.single(
-        "memliner_jvm_resident_bytes",
+        jvm::RESIDENT_BYTES,
         "gauge",
         "Bytes charged against the budget: mapped, inactive, prefetched, in flight.",
         p.resident_pages() as f64 * page,
     );
     let lists = p.latest_lists();
     e.family(
-        "memliner_jvm_resident_pages",
+        jvm::RESIDENT_PAGES,
         "gauge",
         "Resident pages by replacement list, as the reclaimer last sampled them.",
     );
@@ -169,11 +136,11 @@ fn paged(e: &mut Exposition, p: &Pager) {
         ("writeback", lists.writeback),
         ("other", lists.other),
     ] {
-        e.sample("memliner_jvm_resident_pages", &[("list", list)], n as f64);
+        e.sample(jvm::RESIDENT_PAGES, &[("list", list)], n as f64);
     }
 
     e.family(
-        "memliner_jvm_faults_total",
+        jvm::FAULTS_TOTAL,
         "counter",
         "Faults by thread class and by how they were served (remote: read from the store).",
     );
@@ -188,14 +155,14 @@ fn paged(e: &mut Exposition, p: &Pager) {
                 }
             }
             e.sample(
-                "memliner_jvm_faults_total",
+                jvm::FAULTS_TOTAL,
                 &[("class", class.name()), ("kind", kind.name())],
                 n,
             );
         }
     }
     e.single(
-        "memliner_jvm_gc_share_of_remote_faults",
+        jvm::GC_SHARE_OF_REMOTE_FAULTS,
         "gauge",
         "Share of remote faults taken by GC threads since the start (NaN before the first).",
         if remote > 0.0 {
@@ -207,26 +174,26 @@ fn paged(e: &mut Exposition, p: &Pager) {
 
     let gc_faults = p.gc_faults_attributed();
     e.family(
-        "memliner_jvm_gc_remote_faults_total",
+        jvm::GC_REMOTE_FAULTS_TOTAL,
         "counter",
         "GC threads' remote faults by what the collector was doing (a pause's counted when \
          it ends).",
     );
     for (a, n) in crate::gc_activity::GcActivity::ALL.iter().zip(&gc_faults) {
         e.sample(
-            "memliner_jvm_gc_remote_faults_total",
+            jvm::GC_REMOTE_FAULTS_TOTAL,
             &[("activity", a.name())],
             n.remote as f64,
         );
     }
     e.family(
-        "memliner_jvm_gc_remote_wait_seconds_total",
+        jvm::GC_REMOTE_WAIT_SECONDS_TOTAL,
         "counter",
         "Time GC threads spent on those faults, by activity.",
     );
     for (a, n) in crate::gc_activity::GcActivity::ALL.iter().zip(&gc_faults) {
         e.sample(
-            "memliner_jvm_gc_remote_wait_seconds_total",
+            jvm::GC_REMOTE_WAIT_SECONDS_TOTAL,
             &[("activity", a.name())],
             n.wait_ns as f64 / 1e9,
         );
@@ -234,40 +201,40 @@ fn paged(e: &mut Exposition, p: &Pager) {
 
     let (read, prefetched) = (ld(&c.pages_read), ld(&c.pages_prefetched));
     e.family(
-        "memliner_jvm_remote_read_pages_total",
+        jvm::REMOTE_READ_PAGES_TOTAL,
         "counter",
         "Pages read from the store: by faults (demand) and by prefetching.",
     )
     .sample(
-        "memliner_jvm_remote_read_pages_total",
+        jvm::REMOTE_READ_PAGES_TOTAL,
         &[("by", "demand")],
         read - prefetched,
     )
     .sample(
-        "memliner_jvm_remote_read_pages_total",
+        jvm::REMOTE_READ_PAGES_TOTAL,
         &[("by", "prefetch")],
         prefetched,
     );
     e.single(
-        "memliner_jvm_remote_read_bytes_total",
+        jvm::REMOTE_READ_BYTES_TOTAL,
         "counter",
         "Page bytes read from the store.",
         read * page,
     );
     e.single(
-        "memliner_jvm_remote_written_bytes_total",
+        jvm::REMOTE_WRITTEN_BYTES_TOTAL,
         "counter",
         "Page bytes written to the store.",
         ld(&c.pages_written) * page,
     );
     e.single(
-        "memliner_jvm_remote_freed_pages_total",
+        jvm::REMOTE_FREED_PAGES_TOTAL,
         "counter",
         "Pages freed on the store.",
         ld(&c.pages_freed_remote),
     );
     e.family(
-        "memliner_jvm_evictions_total",
+        jvm::EVICTIONS_TOTAL,
         "counter",
         "Pages evicted: clean (dropped), dirty (written back), zero (all zeros, dropped).",
     );
@@ -276,7 +243,7 @@ fn paged(e: &mut Exposition, p: &Pager) {
         ("dirty", &c.evicted_dirty),
         ("zero", &c.evicted_zero),
     ] {
-        e.sample("memliner_jvm_evictions_total", &[("state", state)], ld(n));
+        e.sample(jvm::EVICTIONS_TOTAL, &[("state", state)], ld(n));
     }
 
     let (mut windows, mut pages, mut hits) = (0.0, 0.0, 0.0);
@@ -288,32 +255,32 @@ fn paged(e: &mut Exposition, p: &Pager) {
         }
     }
     e.single(
-        "memliner_jvm_prefetch_windows_total",
+        jvm::PREFETCH_WINDOWS_TOTAL,
         "counter",
         "Prefetch windows issued.",
         windows,
     );
     e.single(
-        "memliner_jvm_prefetch_pages_total",
+        jvm::PREFETCH_PAGES_TOTAL,
         "counter",
         "Pages prefetched.",
         pages,
     );
     e.single(
-        "memliner_jvm_prefetch_hit_pages_total",
+        jvm::PREFETCH_HIT_PAGES_TOTAL,
         "counter",
         "Prefetched pages of windows the program reached.",
         hits,
     );
     e.single(
-        "memliner_jvm_prefetch_wasted_pages_total",
+        jvm::PREFETCH_WASTED_PAGES_TOTAL,
         "counter",
         "Prefetched pages evicted before any use.",
         ld(&p.reclaim_counters().prefetched_evicted_unused),
     );
 
     e.family(
-        "memliner_jvm_fault_latency_seconds",
+        jvm::FAULT_LATENCY_SECONDS,
         "histogram",
         "Service time of a fault, from its delivery to its page mapped: on the faulting \
          thread itself with faults=signal; by source of the page (local: zero-filled, \
@@ -325,7 +292,7 @@ fn paged(e: &mut Exposition, p: &Pager) {
     ] {
         let (buckets, count) = b.cumulative();
         e.histogram(
-            "memliner_jvm_fault_latency_seconds",
+            jvm::FAULT_LATENCY_SECONDS,
             &[("source", source)],
             &buckets,
             ld(&b.sum_ns) / 1e9,
@@ -339,32 +306,32 @@ fn paged(e: &mut Exposition, p: &Pager) {
     );
     for (name, help, v) in [
         (
-            "memliner_jvm_gc_hooks_mark_cycles_total",
+            jvm::GC_HOOKS_MARK_CYCLES_TOTAL,
             "Concurrent marking cycles reported by a patched JDK's hooks (0 on a stock JDK).",
             hooks.mark_cycles,
         ),
         (
-            "memliner_jvm_gc_hooks_recorded_total",
+            jvm::GC_HOOKS_RECORDED_TOTAL,
             "Store-log entries concurrent marking processed.",
             hooks.recorded,
         ),
         (
-            "memliner_jvm_gc_hooks_deferred_total",
+            jvm::GC_HOOKS_DEFERRED_TOTAL,
             "Objects marking deferred because their page was not resident.",
             hooks.deferred,
         ),
         (
-            "memliner_jvm_gc_hooks_hinted_pages_total",
+            jvm::GC_HOOKS_HINTED_PAGES_TOTAL,
             "Pages the collector hinted ahead of tracing them.",
             hooks.hinted_pages,
         ),
         (
-            "memliner_jvm_gc_hooks_hint_fetched_pages_total",
+            jvm::GC_HOOKS_HINT_FETCHED_PAGES_TOTAL,
             "Hinted pages that were remote and were fetched for the collector.",
             hooks.hint_pages_fetched,
         ),
         (
-            "memliner_jvm_gc_concurrent_remote_faults_while_marking_total",
+            jvm::GC_CONCURRENT_REMOTE_FAULTS_WHILE_MARKING_TOTAL,
             "Remote faults of concurrent GC threads while a patched JDK reported marking.",
             hooks.concurrent_remote_while_marking,
         ),
@@ -374,13 +341,13 @@ fn paged(e: &mut Exposition, p: &Pager) {
 
     if let Some(i) = p.integrity() {
         e.single(
-            "memliner_jvm_pages_verified_total",
+            jvm::PAGES_VERIFIED_TOTAL,
             "counter",
             "Pages read back and found as they were written (checksums=on).",
             i.pages_verified as f64,
         );
         e.single(
-            "memliner_jvm_page_checksum_mismatches_total",
+            jvm::PAGE_CHECKSUM_MISMATCHES_TOTAL,
             "counter",
             "Pages a memory server returned with other bytes than were written (never installed).",
             i.mismatches as f64,
@@ -389,40 +356,36 @@ fn paged(e: &mut Exposition, p: &Pager) {
 
     if let Some(r) = p.replication_counters() {
         e.family(
-            "memliner_jvm_server_up",
+            jvm::SERVER_UP,
             "gauge",
             "Whether each memory server of a replicated store is connected.",
         );
         for s in &r.servers {
-            e.sample(
-                "memliner_jvm_server_up",
-                &[("server", &s.server)],
-                u8::from(s.up),
-            );
+            e.sample(jvm::SERVER_UP, &[("server", &s.server)], u8::from(s.up));
         }
         for (name, help, get) in [
             (
-                "memliner_jvm_server_losses_total",
+                jvm::SERVER_LOSSES_TOTAL,
                 "Times each server was lost.",
                 (|s| s.losses) as fn(&swap_backend::replica::ServerReplicaStats) -> u64,
             ),
             (
-                "memliner_jvm_server_rejoins_total",
+                jvm::SERVER_REJOINS_TOTAL,
                 "Times each server was connected again.",
                 |s| s.rejoins,
             ),
             (
-                "memliner_jvm_server_read_pages_total",
+                jvm::SERVER_READ_PAGES_TOTAL,
                 "Pages read from each server.",
                 |s| s.pages_read,
             ),
             (
-                "memliner_jvm_server_written_pages_total",
+                jvm::SERVER_WRITTEN_PAGES_TOTAL,
                 "Pages written to each server.",
                 |s| s.pages_written,
             ),
             (
-                "memliner_jvm_server_checksum_mismatches_total",
+                jvm::SERVER_CHECKSUM_MISMATCHES_TOTAL,
                 "Pages each server returned with other bytes than were written.",
                 |s| s.mismatches,
             ),
@@ -433,24 +396,24 @@ fn paged(e: &mut Exposition, p: &Pager) {
             }
         }
         e.single(
-            "memliner_jvm_replicas",
+            jvm::REPLICAS,
             "gauge",
             "Copies kept of each page.",
             r.replicas,
         );
         for (name, help, v) in [
             (
-                "memliner_jvm_pages_recopied_total",
+                jvm::PAGES_RECOPIED_TOTAL,
                 "Pages copied again after a copy was lost.",
                 r.pages_recopied,
             ),
             (
-                "memliner_jvm_reads_failed_over_total",
+                jvm::READS_FAILED_OVER_TOTAL,
                 "Pages read from another copy after the first one's server failed.",
                 r.reads_failed_over,
             ),
             (
-                "memliner_jvm_pages_lost_total",
+                jvm::PAGES_LOST_TOTAL,
                 "Pages every copy of which was lost.",
                 r.pages_lost,
             ),
@@ -461,7 +424,7 @@ fn paged(e: &mut Exposition, p: &Pager) {
 
     let times = p.cpu_times();
     e.family(
-        "memliner_jvm_agent_cpu_seconds_total",
+        jvm::AGENT_CPU_SECONDS_TOTAL,
         "counter",
         "CPU time of the agent's threads by role; signal_service: time application threads \
          spent serving their own faults (faults=signal, wall time).",
@@ -472,43 +435,11 @@ fn paged(e: &mut Exposition, p: &Pager) {
             .filter(|(r, _)| *r == role)
             .map(|(_, t)| t.as_secs_f64())
             .sum();
-        e.sample(
-            "memliner_jvm_agent_cpu_seconds_total",
-            &[("role", role.name())],
-            s,
-        );
+        e.sample(jvm::AGENT_CPU_SECONDS_TOTAL, &[("role", role.name())], s);
     }
     e.sample(
-        "memliner_jvm_agent_cpu_seconds_total",
+        jvm::AGENT_CPU_SECONDS_TOTAL,
         &[("role", "signal_service")],
         ld(&c.signal_service_ns) / 1e9,
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_target_file_reads_back_as_written() {
-        let mut g = TargetGroup {
-            targets: vec!["127.0.0.1:9400".into()],
-            ..Default::default()
-        };
-        g.labels.insert("pid".into(), "42".into());
-        let path =
-            std::env::temp_dir().join(format!("memliner-target-{}.json", std::process::id()));
-        std::fs::write(&path, g.to_file()).unwrap();
-        let back = TargetGroup::read(&path).unwrap();
-        let _ = std::fs::remove_file(&path);
-        assert_eq!(back, g);
-        assert_eq!(
-            (back.pid(), back.addr()),
-            (Some(42), Some("127.0.0.1:9400"))
-        );
-        assert!(g
-            .to_file()
-            .starts_with("[{\"targets\":[\"127.0.0.1:9400\"]"));
-        assert_eq!(TargetGroup::read(&path), None);
-    }
 }

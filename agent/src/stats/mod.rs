@@ -9,7 +9,8 @@ use crate::gc_activity::{GcActivity, PauseKind};
 use crate::model::{FaultKind, ThreadClass};
 use crate::pager::{Pager, Role};
 
-pub mod doc;
+// The document itself is a contract the command reads: defined in the contracts crate.
+pub use memliner_contracts::stats as doc;
 pub mod metrics;
 
 use doc::*;

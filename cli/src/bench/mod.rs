@@ -28,10 +28,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::run::{launch, RunConfig};
 use crate::workloads::{self, Workload};
-use memliner_agent::options::{
+use memliner_contracts::options::{
     Budget, CardHold, Checksums, Dirty, FaultDelivery, PauseReads, Policy, Reclaim, Streams,
 };
-use memliner_agent::stats::doc::StatsDoc;
+use memliner_contracts::stats::StatsDoc;
 
 /// Local memory ratios of the matrix, in percent of the heap.
 pub const LOCALS: [u32; 4] = [100, 50, 31, 25];
@@ -1003,7 +1003,7 @@ impl Scraper {
                 // Until the agent names its port: look every 50 ms; then scrape each second.
                 let pause = match &addr {
                     None => {
-                        addr = memliner_agent::stats::metrics::TargetGroup::read(&file)
+                        addr = memliner_contracts::targets::TargetGroup::read(&file)
                             .and_then(|g| g.addr().map(str::to_string));
                         std::time::Duration::from_millis(50)
                     }

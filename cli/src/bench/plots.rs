@@ -5,7 +5,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use memliner_agent::stats::doc::PrefetchClassDoc;
+use memliner_contracts::stats::PrefetchClassDoc;
 
 use super::cells::{cell, med, paged_workloads, pairs};
 use super::report::{accuracy, app_demand, class_remote, coverage, prefetch};
@@ -278,7 +278,7 @@ fn lists(cfg: &BenchConfig, rs: &[Record], path: &Path) -> Result<(), String> {
             continue;
         };
         let t = &p.reclaim.timeline;
-        let layers = |s: &memliner_agent::stats::doc::ListSampleDoc| -> [f64; 5] {
+        let layers = |s: &memliner_contracts::stats::ListSampleDoc| -> [f64; 5] {
             [
                 s.active as f64,
                 s.probation as f64,

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use memliner_agent::stats::doc::StatsDoc;
+use memliner_contracts::stats::StatsDoc;
 
 use super::cells::{cell, med, paged_cells};
 use super::{BenchConfig, Mode, Record};
@@ -114,7 +114,7 @@ pub fn section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
     );
     for (w, c, l) in &with_stats {
         let m = cell(rs, w, c, Mode::Memliner, *l);
-        let p = |f: fn(&memliner_agent::stats::doc::PagerDoc) -> f64| {
+        let p = |f: fn(&memliner_contracts::stats::PagerDoc) -> f64| {
             stat(&m, |d| d.pager.as_ref().map(f))
         };
         let dead = p(|d| d.dead.pages() as f64);

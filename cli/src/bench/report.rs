@@ -3,11 +3,9 @@
 
 use std::fmt::Write;
 
-use memliner_agent::gc_activity::GcActivity;
-use memliner_agent::model::ThreadClass;
-use memliner_agent::stats::doc::{
-    ActivityDoc, GcHooksDoc, PagerDoc, Percentiles, PrefetchClassDoc,
-};
+use memliner_contracts::model::GcActivity;
+use memliner_contracts::model::ThreadClass;
+use memliner_contracts::stats::{ActivityDoc, GcHooksDoc, PagerDoc, Percentiles, PrefetchClassDoc};
 
 use super::cells::{cell, med, paged_cells, paged_workloads, pairs, workloads_of};
 use super::kernel::KernelFigures;
@@ -1187,7 +1185,7 @@ fn gc_hooks_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memliner_agent::stats::doc::StatsDoc;
+    use memliner_contracts::stats::StatsDoc;
 
     fn record(mode: Mode, local: u32, wall_ms: f64, stats: Option<StatsDoc>) -> Record {
         Record {

@@ -1,5 +1,6 @@
-//! What a store that replicates pages over several servers reports: a leaf module, so that
-//! the [`crate::PageStore`] interface can name it without depending on the replicated store.
+//! The page store's parts of the stats document: what a store that replicates pages over
+//! several servers reports, and what end-to-end checksums found. The swap backend fills them
+//! in; the agent writes them into the document.
 
 use serde::{Deserialize, Serialize};
 
@@ -40,4 +41,16 @@ pub struct ServerReplicaStats {
     /// read failed).
     #[serde(default)]
     pub mismatches: u64,
+}
+
+/// What the checks found (`checksums=on`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntegrityStats {
+    /// Pages read and found as written.
+    pub pages_verified: u64,
+    /// Pages a server returned with other bytes than were written (never installed).
+    pub mismatches: u64,
+    /// Pages read that no checksum was kept for (written before the client started).
+    pub pages_unchecked: u64,
 }

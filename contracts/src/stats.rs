@@ -5,10 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::gc_activity::GcActivity;
-use crate::model::{Discovery, FaultDelivery, ThreadClass};
+use crate::model::{Discovery, FaultDelivery, GcActivity, Replacement, ThreadClass};
 use crate::options::Policy;
-use crate::pager::Replacement;
 
 /// Version of the document's layout; bumped when a field changes meaning.
 pub const VERSION: u32 = 5;
@@ -97,11 +95,11 @@ pub struct PagerDoc {
     pub store: String,
     /// With several memory servers: each one's state, losses and rejoins, and the copies.
     #[serde(default)]
-    pub replication: Option<swap_backend::replica::ReplicationStats>,
+    pub replication: Option<crate::store_stats::ReplicationStats>,
     /// The end-to-end page checks (`checksums=on`): pages verified, pages that came back with
     /// wrong bytes (never installed).
     #[serde(default)]
-    pub integrity: Option<swap_backend::checksum::IntegrityStats>,
+    pub integrity: Option<crate::store_stats::IntegrityStats>,
     /// How faults were delivered: `signal` or `thread`.
     pub delivery: FaultDelivery,
     /// Faults served by the faulting thread itself (`faults=signal`).

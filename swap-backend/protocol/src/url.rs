@@ -1,12 +1,16 @@
 //! Memory server addresses as URLs: `tcp://HOST:PORT`, or a bare `HOST:PORT` (TCP, as before
 //! URLs), `fabric://HOST:PORT` for one-sided RDMA through libfabric (the port is the server's
 //! control channel; its data endpoints listen where that channel says), and `unix:///PATH` for
-//! one-sided pages in memory files of a server on this host (`crate::memfile`). One type for
+//! one-sided pages in memory files of a server on this host (the swap backend's `memfile`). One type for
 //! every place that names a server: the agent's `server=`, `memliner run --server`, `memliner
 //! server --listen`, and the stats (which print it back).
 
 use std::fmt;
 use std::str::FromStr;
+
+/// Servers one replicated store can spread over (its masks of copies are 16 bits): the most
+/// URLs `server=A+B+...` takes.
+pub const MAX_SERVERS: usize = 16;
 
 /// How the pages travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

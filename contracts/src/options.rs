@@ -11,9 +11,9 @@
 
 use std::str::FromStr;
 
+use memliner_protocol::units::parse_size;
+use memliner_protocol::ServerUrl;
 use strum::VariantNames;
-use swap_backend::units::parse_size;
-use swap_backend::ServerUrl;
 
 pub use crate::model::FaultDelivery;
 
@@ -151,7 +151,7 @@ lowercase_enum! {
 }
 
 /// How the reclaimer picks victims (`reclaim=`).
-pub use crate::pager::Replacement as Reclaim;
+pub use crate::model::Replacement as Reclaim;
 
 lowercase_enum! {
     /// What the agent does when it cannot give the JVM far memory (`fallback=`).
@@ -361,7 +361,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         values: "copies of each page, 1 to the number of servers",
         default: "`2` with two servers or more, else `1`",
         set: |o, v| {
-            let max = swap_backend::replica::MAX_SERVERS;
+            let max = memliner_protocol::url::MAX_SERVERS;
             o.replicas = Some(number(v, 1..=max, &format!("a number of copies from 1 to {max}"))?);
             Ok(())
         },
@@ -494,11 +494,11 @@ pub static OPTIONS: &[OptionSpec] = &[
         values: "every request to the page store takes at least this long (`3us`, `1ms`): a model for planning, not a measurement; `server=local,latency=3us` (pages in the JVM's own memory) approximates one-sided RDMA reads, which loopback TCP (20 us and more) cannot; `0` turns it off",
         default: "off",
         set: |o, v| {
-            let d = swap_backend::units::parse_duration(v)?;
+            let d = memliner_protocol::units::parse_duration(v)?;
             o.latency = (!d.is_zero()).then_some(d);
             Ok(())
         },
-        get: |o| o.latency.map(swap_backend::units::format_duration),
+        get: |o| o.latency.map(memliner_protocol::units::format_duration),
     },
     OptionSpec {
         key: "deadline",
@@ -506,14 +506,14 @@ pub static OPTIONS: &[OptionSpec] = &[
         values: "the longest the agent waits on a memory server at a time (to connect, to send, for the next bytes of a reply); past it the server counts as lost, as if it had closed the connection: with a copy elsewhere the read goes there and the server rejoins when it answers again, without one the JVM stops with the page and the server named. a LAN with a dedicated server can use `500ms`; `0` waits as long as TCP does (minutes for a host that vanished)",
         default: "`2s`",
         set: |o, v| {
-            let d = swap_backend::units::parse_duration(v)?;
+            let d = memliner_protocol::units::parse_duration(v)?;
             o.deadline = (!d.is_zero()).then_some(d);
             Ok(())
         },
         get: |o| match o.deadline {
             d if d == Options::default().deadline => None,
             None => Some("0".into()),
-            Some(d) => Some(swap_backend::units::format_duration(d)),
+            Some(d) => Some(memliner_protocol::units::format_duration(d)),
         },
     },
     choice_option! {
