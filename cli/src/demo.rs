@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::bench::{self, kernel};
+use crate::kernel;
 use crate::run::{launch, RunConfig, Transport};
 use crate::workloads::{self, Workload};
 use crate::{locate, summary};
@@ -91,7 +91,7 @@ pub fn run(d: &Demo) -> Result<(), String> {
     let root = locate::project_root()?;
     eprintln!("memliner: building the Java workloads");
     let classes = workloads::ensure_built(&root)?;
-    let cmd = bench::java_command(&classes, d.workload, &d.collector, d.heap_mb);
+    let cmd = crate::workloads::java_command(&classes, d.workload, &d.collector, d.heap_mb);
     let local = format!("{}%", d.local);
     let kernel_skip = kernel_unavailable(&root);
     let mut rows = Vec::new();

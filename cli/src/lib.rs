@@ -1,11 +1,11 @@
-//! The `memliner` command's pieces, as a library so that integration tests and benchmarks use
-//! the same code as the command.
+//! The `memliner` command's pieces, as a library so that integration tests and the bench
+//! (`memliner-bench`, benchmarks/harness) use the same code as the command.
 
 pub mod aggregate;
-pub mod bench;
 pub mod demo;
 pub mod doctor;
 pub mod flags;
+pub mod kernel;
 pub mod live;
 pub mod locate;
 pub mod run;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::workloads;
 use memliner_contracts::options::{Budget, OptionError, Options, Policy};
 use memliner_contracts::stats::StatsDoc;
 use swap_backend::server::{self, ServerConfig, ServerHandle};
@@ -162,6 +163,32 @@ pub struct RunOutcome {
 }
 
 impl RunOutcome {
+    /// The RESULT line of a workload that finished and verified itself: (checksum, workload
+    /// ms); `what` names the run in the error otherwise.
+    pub fn checked(&self, what: &str) -> Result<(String, f64), String> {
+        let result = workloads::parse_result(&self.stdout).ok_or_else(|| {
+            format!(
+                "{what}: no RESULT line (exit {}); stderr: {}",
+                self.status,
+                tail(&self.stderr)
+            )
+        })?;
+        if !self.status.success() || workloads::field(&result, "verified") != Some("true") {
+            return Err(format!(
+                "{what}: failed ({}): {}",
+                self.status,
+                tail(&self.stderr)
+            ));
+        }
+        let ms = workloads::field(&result, "elapsed_ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN);
+        let sum = workloads::field(&result, "checksum")
+            .unwrap_or("?")
+            .to_string();
+        Ok((sum, ms))
+    }
+
     /// The process's exit code, or 128 + signal as a shell reports it.
     pub fn exit_code(&self) -> i32 {
         use std::os::unix::process::ExitStatusExt;
@@ -449,4 +476,10 @@ fn outlive_child(pid: u32) {
         // SAFETY: installs a handler that only calls the async-signal-safe kill.
         unsafe { libc::signal(sig, forward_signal as *const () as libc::sighandler_t) };
     }
+}
+
+/// The last lines of a run's output, for an error.
+pub fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.trim().lines().collect();
+    lines[lines.len().saturating_sub(6)..].join("\n")
 }

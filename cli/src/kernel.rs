@@ -1,11 +1,11 @@
 //! The kernel baseline: the same JVM without the agent, held by a cgroup v1 memory limit and
-//! swapping to zram (`scripts/kernel-baseline.sh` creates and removes both).
+//! swapping to zram (`scripts/kernel-baseline.sh` creates and removes both): what `memliner
+//! demo` and the bench compare memliner with.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{checked, Outcome, Planned, Record};
 use crate::run::{launch, RunConfig};
 
 /// Exit status of the script when the setup is impossible here.
@@ -138,8 +138,8 @@ pub struct KernelRun {
     /// The script's figures and the limit.
     pub figures: KernelFigures,
     pub wall_ms: f64,
-    /// A service's phases (its `ycsb-result` lines; none for other workloads).
-    pub service: Vec<super::service::Phase>,
+    /// What it printed (a service's phases are read from it).
+    pub stdout: String,
 }
 
 /// Runs `cmd` (a workload printing a RESULT line) under a memory limit of `limit` bytes
@@ -165,7 +165,7 @@ pub fn run_command(
         // The cgroup's OOM killer sends SIGKILL; bash reports it as 137.
         (Some(137), _) | (None, Some(9)) => Ended::OomKilled,
         _ => {
-            let (checksum, workload_ms) = checked(&out, what)?;
+            let (checksum, workload_ms) = out.checked(what)?;
             Ended::Ran {
                 checksum,
                 workload_ms,
@@ -176,37 +176,8 @@ pub fn run_command(
         ended,
         figures,
         wall_ms: out.wall.as_secs_f64() * 1e3,
-        service: super::service::parse(&out.stdout),
+        stdout: out.stdout,
     })
-}
-
-/// A bench run of `cmd` under a memory limit of `limit` bytes (`None`: no limit, to measure).
-pub(super) fn run(
-    root: &Path,
-    limit: Option<u64>,
-    cmd: &[String],
-    p: &Planned,
-    what: &str,
-) -> Result<Record, String> {
-    let k = run_command(root, limit, cmd, what)?;
-    let mut rec = Record {
-        kernel: Some(k.figures.clone()),
-        service: k.service.clone(),
-        ..super::blank(p, Outcome::Ok)
-    };
-    match k.ended {
-        Ended::Skipped(why) => rec.outcome = Outcome::Skipped(why),
-        Ended::OomKilled => rec.outcome = Outcome::OomKilled,
-        Ended::Ran {
-            checksum,
-            workload_ms,
-        } => {
-            rec.checksum = checksum;
-            rec.workload_ms = workload_ms;
-            rec.wall_ms = k.wall_ms;
-        }
-    }
-    Ok(rec)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use swap_backend::memfile::MemfileStore;
 use swap_backend::{ClientOptions, LocalStore, PageStore, TcpStore, PAGE_SIZE};
 
 use super::median;
-use crate::run::{embedded_config, embedded_server, Transport};
+use memliner_cli::run::{embedded_config, embedded_server, Transport};
 
 /// One transport's figures (medians over the repetitions).
 #[derive(Clone, Debug, Serialize, Deserialize)]

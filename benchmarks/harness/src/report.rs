@@ -830,7 +830,7 @@ fn spark_cluster(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
         md,
         "| job | collector | mode | local | wall ms | x all-local | executors paged | remote faults | GC share of remote | GC pauses s | remote read | remote written |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
-    let total = |r: &Record| crate::aggregate::Totals::sum(&r.executors);
+    let total = |r: &Record| memliner_cli::aggregate::Totals::sum(&r.executors);
     let size = |pages: f64| {
         if pages.is_finite() {
             swap_backend::units::format_size(pages as u64 * swap_backend::PAGE_SIZE as u64)
@@ -1197,7 +1197,7 @@ mod tests {
             wall_ms,
             workload_ms: wall_ms,
             checksum: "c".into(),
-            outcome: crate::bench::Outcome::Ok,
+            outcome: crate::Outcome::Ok,
             stats,
             executors: Vec::new(),
             kernel: None,
@@ -1209,12 +1209,12 @@ mod tests {
 
     #[test]
     fn the_report_sets_a_services_throughput_and_tail_latency_side_by_side() {
-        let phase = |ops: f64, p99: u64| crate::bench::service::Phase {
+        let phase = |ops: f64, p99: u64| crate::service::Phase {
             phase: "a".into(),
             throughput: ops,
             by_op: [(
                 "read".to_string(),
-                crate::bench::service::OpLatency {
+                crate::service::OpLatency {
                     count: 10,
                     p50_us: 1000,
                     p99_us: p99,
@@ -1238,7 +1238,7 @@ mod tests {
         }
         let cfg = BenchConfig::quick("/tmp/x".into());
         let mut md = String::new();
-        crate::bench::service::section(&mut md, &cfg, &[all_local, paged, kernel]);
+        crate::service::section(&mut md, &cfg, &[all_local, paged, kernel]);
         assert!(
             md.contains("## Cassandra under a verifying YCSB-style load"),
             "{md}"
@@ -1253,7 +1253,7 @@ mod tests {
         );
         assert!(md.contains("| 100% | no-agent | 7000 |"), "{md}");
         let mut none = String::new();
-        crate::bench::service::section(&mut none, &cfg, &[record(Mode::NoAgent, 100, 1.0, None)]);
+        crate::service::section(&mut none, &cfg, &[record(Mode::NoAgent, 100, 1.0, None)]);
         assert!(none.is_empty(), "no service, no section: {none}");
     }
 
@@ -1332,7 +1332,7 @@ mod tests {
             record(Mode::Memliner, 25, 2750.0, paged(1000, 0)),
             record(Mode::MemlinerInProcess, 25, 2500.0, paged(1000, 400)),
         ];
-        let x = extras(vec![crate::bench::stores::StoreFigures {
+        let x = extras(vec![crate::stores::StoreFigures {
             transport: "fabric (tcp provider)".into(),
             read_p50_us: 31.0,
             read_p99_us: 90.0,
@@ -1363,7 +1363,7 @@ mod tests {
         );
     }
 
-    fn extras(stores: Vec<crate::bench::stores::StoreFigures>) -> Extras {
+    fn extras(stores: Vec<crate::stores::StoreFigures>) -> Extras {
         Extras {
             tcp_write_gbs: 1.0,
             tcp_read_gbs: 1.0,

@@ -26,8 +26,8 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::run::{launch, RunConfig};
-use crate::workloads::{self, Workload};
+use memliner_cli::run::{launch, RunConfig};
+use memliner_cli::workloads::{self, Workload};
 use memliner_contracts::options::{
     Budget, CardHold, Checksums, Dirty, FaultDelivery, PauseReads, Policy, Reclaim, Streams,
 };
@@ -202,7 +202,7 @@ impl BenchConfig {
             out,
             tcp_mib: 64,
             command: "memliner bench --quick".into(),
-            gc_hooks: crate::locate::patched_java().is_some(),
+            gc_hooks: memliner_cli::locate::patched_java().is_some(),
             emulate_latency: None,
             transports: false,
             replicas: false,
@@ -225,7 +225,7 @@ impl BenchConfig {
             out,
             tcp_mib: 256,
             command: "memliner bench".into(),
-            gc_hooks: crate::locate::patched_java().is_some(),
+            gc_hooks: memliner_cli::locate::patched_java().is_some(),
             emulate_latency: None,
             transports: false,
             replicas: false,
@@ -387,69 +387,7 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 /// Collectors the GC hooks patch.
 pub const HOOKED_COLLECTORS: [&str; 2] = ["G1", "Shenandoah"];
 
-/// The JVM command line of a Java workload, its live set and its work scaled with the heap (the
-/// sizes below are for 64 MiB; at 1 GiB the runs take 9-13 s all-local here).
-pub fn java_command(classes: &Path, w: Workload, collector: &str, heap_mb: u64) -> Vec<String> {
-    let mut cmd: Vec<String> = vec![
-        crate::locate::java().display().to_string(),
-        format!("-XX:+Use{collector}GC"),
-        format!("-Xms{heap_mb}m"),
-        format!("-Xmx{heap_mb}m"),
-        "-cp".into(),
-        classes.display().to_string(),
-        w.class().into(),
-    ];
-    let scaled = |n: u64| (n * heap_mb / 64).to_string();
-    match w {
-        Workload::Graph => cmd.extend(["--nodes".into(), scaled(60_000)]),
-        // Half the default operations: paged at 13%, the full count takes minutes.
-        Workload::Kv => cmd.extend([
-            "--keys".into(),
-            scaled(200_000),
-            "--capacity".into(),
-            scaled(100_000),
-            "--ops".into(),
-            scaled(300_000),
-        ]),
-        Workload::Index => cmd.extend([
-            "--records".into(),
-            scaled(75_000),
-            "--ops".into(),
-            scaled(62_500),
-        ]),
-    }
-    cmd
-}
-
-/// What a finished run printed, checked: (checksum, workload ms).
-fn checked(out: &crate::run::RunOutcome, what: &str) -> Result<(String, f64), String> {
-    let result = workloads::parse_result(&out.stdout).ok_or_else(|| {
-        format!(
-            "{what}: no RESULT line (exit {}); stderr: {}",
-            out.status,
-            tail(&out.stderr)
-        )
-    })?;
-    if !out.status.success() || workloads::field(&result, "verified") != Some("true") {
-        return Err(format!(
-            "{what}: failed ({}): {}",
-            out.status,
-            tail(&out.stderr)
-        ));
-    }
-    let ms = workloads::field(&result, "elapsed_ms")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN);
-    let sum = workloads::field(&result, "checksum")
-        .unwrap_or("?")
-        .to_string();
-    Ok((sum, ms))
-}
-
-fn tail(s: &str) -> String {
-    let lines: Vec<&str> = s.trim().lines().collect();
-    lines[lines.len().saturating_sub(6)..].join("\n")
-}
+pub use memliner_cli::workloads::java_command;
 
 /// One planned run.
 #[derive(Clone, Debug)]
@@ -575,7 +513,7 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
 
 /// Runs the whole benchmark and writes the report files under `cfg.out`.
 pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
-    let root = crate::locate::project_root()?;
+    let root = memliner_cli::locate::project_root()?;
     let classes = workloads::ensure_built(&root)?;
     std::fs::create_dir_all(&cfg.out)
         .map_err(|e| format!("cannot create {}: {e}", cfg.out.display()))?;
@@ -686,7 +624,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 let executors = executors_dir
                     .as_deref()
                     .map_or_else(Vec::new, read_executors);
-                let checked = checked(&out, &what).and_then(|ok| match &executors_dir {
+                let checked = out.checked(&what).and_then(|ok| match &executors_dir {
                     Some(_) if executors.len() != spark::EXECUTORS => Err(format!(
                         "{what}: {} executors wrote stats, not {}",
                         executors.len(),
@@ -845,7 +783,8 @@ fn executors_stats_dir(p: &Planned, rc: &mut RunConfig) -> Option<PathBuf> {
 
 /// The executors' stats documents in `dir`, which goes.
 fn read_executors(dir: &Path) -> Vec<StatsDoc> {
-    let docs = crate::aggregate::load(&[dir.to_path_buf()]).map_or_else(|_| Vec::new(), |(j, _)| j);
+    let docs =
+        memliner_cli::aggregate::load(&[dir.to_path_buf()]).map_or_else(|_| Vec::new(), |(j, _)| j);
     let _ = std::fs::remove_dir_all(dir);
     docs.into_iter().map(|j| j.doc).collect()
 }
@@ -957,15 +896,15 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
         Mode::MemlinerThreadFaults => base.with(|o| o.faults = FaultDelivery::Thread),
         Mode::MemlinerNoChecksums => base.with(|o| o.checksums = Checksums::Off),
         Mode::MemlinerGcHooks => RunConfig {
-            gc_hooks: crate::run::GcHooks::On,
+            gc_hooks: memliner_cli::run::GcHooks::On,
             ..base
         },
         Mode::MemlinerFabric => RunConfig {
-            transport: crate::run::Transport::Fabric,
+            transport: memliner_cli::run::Transport::Fabric,
             ..base
         },
         Mode::MemlinerTcp => RunConfig {
-            transport: crate::run::Transport::Tcp,
+            transport: memliner_cli::run::Transport::Tcp,
             ..base
         },
         Mode::MemlinerReplicated => RunConfig {
@@ -1008,7 +947,7 @@ impl Scraper {
                         std::time::Duration::from_millis(50)
                     }
                     Some(a) => {
-                        if crate::scrape::get(a, std::time::Duration::from_secs(2)).is_ok() {
+                        if memliner_cli::scrape::get(a, std::time::Duration::from_secs(2)).is_ok() {
                             scrapes += 1;
                         }
                         std::time::Duration::from_secs(1)
@@ -1039,7 +978,7 @@ fn command_for(
 ) -> Result<Vec<String>, String> {
     let patched = match p.mode {
         Mode::MemlinerGcHooks => Some(
-            crate::locate::patched_java()
+            memliner_cli::locate::patched_java()
                 .ok_or("memliner-gc-hooks needs target/jdk-memliner (scripts/build-jdk.sh)")?,
         ),
         _ => None,
@@ -1062,11 +1001,13 @@ fn command_for(
                 .ok_or("spark workloads need the spark environment")?
                 .command(*job, *deploy, &p.collector, heap_mb, home))
         }
-        BenchWorkload::Cassandra => {
-            service::command(&crate::locate::project_root()?, heap_mb, &p.collector)
-        }
+        BenchWorkload::Cassandra => service::command(
+            &memliner_cli::locate::project_root()?,
+            heap_mb,
+            &p.collector,
+        ),
         BenchWorkload::Lucene => {
-            let java = patched.unwrap_or_else(crate::locate::java);
+            let java = patched.unwrap_or_else(memliner_cli::locate::java);
             Ok(lucene::command(
                 &java.display().to_string(),
                 lucene_cp.ok_or("lucene needs its classpath (scripts/lucene.sh)")?,
@@ -1080,7 +1021,7 @@ fn command_for(
 /// Pipelined page reads and writes over TCP loopback: (write GB/s, read GB/s) medians.
 pub fn tcp_throughput(mib: usize, reps: usize) -> Result<(f64, f64), String> {
     use swap_backend::{ClientOptions, PageStore, TcpStore, PAGE_SIZE};
-    let server = crate::run::embedded_server(crate::run::Transport::Tcp)?;
+    let server = memliner_cli::run::embedded_server(memliner_cli::run::Transport::Tcp)?;
     let store = TcpStore::connect(
         &server.handle.local_addr().to_string(),
         ClientOptions {
