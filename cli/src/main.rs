@@ -24,7 +24,7 @@ struct Cli {
 enum Cmd {
     /// Run a JVM with the agent: `memliner run --local 25% -- java -Xmx4g -jar app.jar`.
     Run {
-        /// The agent's options (its option table: `agent/src/options.rs`).
+        /// The agent's options (its option table: `contracts/src/options.rs`).
         #[command(flatten)]
         agent: memliner_cli::flags::AgentFlags,
         /// Refused: a token on the command line is readable by every user (/proc/PID/cmdline).

@@ -1,8 +1,8 @@
 //! The agent's options: one typed [`Options`] and one table, [`OPTIONS`], that every use of
 //! the option keys is derived from: the parser ([`parse`], key by key through
 //! [`Options::set`]), the writer ([`Options::render`]), the keys listed in errors, `memliner
-//! run`'s flags with their help, and the README's option table (a test compares it row by
-//! row). The `memliner` command builds its `-agentpath:` string with the same parser and
+//! run`'s flags with their help, and the option table of docs/operating.md (a test compares it
+//! row by row). The `memliner` command builds its `-agentpath:` string with the same parser and
 //! writer, so both sides take the same keys, values and error messages.
 //!
 //! `-agentpath:/path/libmemliner_agent.so=key=value,key=value,...`, merged over the
@@ -602,7 +602,7 @@ pub fn spec(key: &str) -> Option<&'static OptionSpec> {
     OPTIONS.iter().find(|s| s.key == key)
 }
 
-/// The README's option table rows for the agent's keys: one row per [`OPTIONS`] entry.
+/// The option table rows (docs/operating.md) for the agent's keys: one row per [`OPTIONS`] entry.
 pub fn markdown_rows() -> String {
     OPTIONS
         .iter()
@@ -1025,12 +1025,12 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_lists_every_option_as_the_table_says() {
-        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+    fn the_operating_guide_lists_every_option_as_the_table_says() {
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operating.md"));
         let rows = markdown_rows();
         assert!(
             readme.contains(&rows),
-            "README.md's option table differs from agent/src/options.rs's OPTIONS; its rows \
+            "docs/operating.md's option table differs from contracts/src/options.rs's OPTIONS; its rows \
              should read:\n{rows}"
         );
     }

@@ -708,6 +708,74 @@ impl StatsDoc {
     }
 }
 
+/// The document's fields as Markdown table rows (`| path | kind | example |`), generated from
+/// [`StatsDoc::sample`] with its optional parts filled in: docs/stats-and-metrics.md carries
+/// them, and a test fails when the two differ. Per-class and per-activity objects are written
+/// once, as `<class>` and `<activity>`; a list's items as `[]`.
+pub fn reference_rows() -> String {
+    let mut doc = StatsDoc::sample();
+    if let Some(pager) = doc.pager.as_mut() {
+        pager.replication = Some(crate::store_stats::ReplicationStats {
+            servers: vec![crate::store_stats::ServerReplicaStats::default()],
+            ..Default::default()
+        });
+        pager.integrity = Some(crate::store_stats::IntegrityStats::default());
+    }
+    let value = serde_json::to_value(&doc).unwrap_or_default();
+    let mut rows = Vec::new();
+    walk(&value, "", &mut rows);
+    let mut text = String::from("| field | kind | example |\n|---|---|---|\n");
+    for (path, kind, example) in rows {
+        text += &format!("| `{path}` | {kind} | {example} |\n");
+    }
+    text
+}
+
+/// Appends the leaves under `v` at `path` (sorted, as serde_json's maps are).
+fn walk(v: &serde_json::Value, path: &str, rows: &mut Vec<(String, &'static str, String)>) {
+    use serde_json::Value;
+    let join = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    match v {
+        Value::Object(m) => {
+            let keys: Vec<&str> = m.keys().map(String::as_str).collect();
+            let all = |names: &mut dyn Iterator<Item = &'static str>| {
+                let names: Vec<&str> = names.collect();
+                keys.len() == names.len() && keys.iter().all(|k| names.contains(k))
+            };
+            let placeholder = if all(&mut ThreadClass::ALL.iter().map(|c| c.name())) {
+                Some("<class>")
+            } else if all(&mut GcActivity::ALL.iter().map(|a| a.name())) {
+                Some("<activity>")
+            } else {
+                None
+            };
+            match (placeholder, m.values().next()) {
+                (Some(p), Some(first)) => walk(first, &join(p), rows),
+                _ => {
+                    for (k, v) in m {
+                        walk(v, &join(k), rows);
+                    }
+                }
+            }
+        }
+        Value::Array(a) => match a.first() {
+            Some(first) => walk(first, &format!("{path}[]"), rows),
+            None => rows.push((path.to_string(), "list", "[]".into())),
+        },
+        Value::Bool(b) => rows.push((path.to_string(), "true/false", b.to_string())),
+        Value::Number(n) if n.is_f64() => rows.push((path.to_string(), "number", n.to_string())),
+        Value::Number(n) => rows.push((path.to_string(), "count", n.to_string())),
+        Value::String(t) => rows.push((path.to_string(), "text", format!("`{t}`"))),
+        Value::Null => rows.push((path.to_string(), "number or null", "null".into())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -757,5 +825,32 @@ mod tests {
         bad["pager"]["delivery"] = "SIGNAL".into();
         let err = StatsDoc::parse(&bad.to_string()).unwrap_err();
         assert!(err.contains("unknown variant `SIGNAL`"), "{err}");
+    }
+
+    #[test]
+    fn the_stats_reference_lists_every_field_as_the_code_writes_it() {
+        let page = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/stats-and-metrics.md"
+        ));
+        let rows = reference_rows();
+        assert!(rows.lines().count() > 100, "{rows}");
+        assert!(
+            rows.contains("| `faults.by_class.<class>.remote` | count |"),
+            "{rows}"
+        );
+        assert!(
+            rows.contains("| `gc_faults.<activity>.wait_ms` | number |"),
+            "{rows}"
+        );
+        assert!(
+            rows.contains("| `pager.replication.servers[].up` | true/false |"),
+            "{rows}"
+        );
+        assert!(
+            page.contains(&rows),
+            "docs/stats-and-metrics.md's field reference differs from the stats document's \
+             types (contracts/src/stats.rs); its rows should read:\n{rows}"
+        );
     }
 }
