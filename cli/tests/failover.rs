@@ -663,7 +663,7 @@ fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
     );
     assert_eq!(page.value("memliner_jvm_replicas", &[]), Some(2.0));
     // The families of a replicated store and of checksums (on by default), as the contracts
-    // name them; cli/tests/jvm.rs scrapes the others.
+    // name them; cli/tests/observing.rs scrapes the others.
     let named = memliner_contracts::metrics::jvm::REPLICATED;
     for family in named
         .iter()

@@ -2,7 +2,7 @@
 """Writes memliner.json beside this script: a Grafana dashboard of the paged JVMs' /metrics
 (the agent's metrics=ADDR) and the memory servers' (memliner server --metrics ADDR).
 
-Edit the panels here and run it again; cli/tests/jvm.rs checks that every memliner_jvm_*
+Edit the panels here and run it again; cli/tests/observing.rs checks that every memliner_jvm_*
 metric the dashboard queries is on a paging JVM's page, and swap-backend's metrics tests the
 server's."""
 import json
