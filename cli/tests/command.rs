@@ -597,3 +597,46 @@ fn sigterm_to_memliner_run_stops_the_jvm_cleanly_with_the_embedded_server_alive(
         }
     );
 }
+
+#[test]
+fn bad_values_of_the_commands_are_one_line_naming_the_flag_and_bench_runs_its_harness() {
+    for (args, says) in [
+        (
+            &["server", "--capacity", "10"][..],
+            "invalid value '10' for '--capacity <CAPACITY>': must be at least one page (4096)",
+        ),
+        (
+            &["server", "--max-client-connections", "0"],
+            "invalid value '0' for '--max-client-connections <N>': must be at least 1",
+        ),
+        (
+            &["server", "--hello-deadline", "0s"],
+            "invalid value '0s' for '--hello-deadline <DURATION>': must be longer than 0",
+        ),
+        (
+            &["demo", "--local", "120%"],
+            "'120%' is not a percentage of the heap, 1-100%",
+        ),
+        (&["stats", "--every", "0s", "1"], "must be longer than 0"),
+        // `memliner bench` hands its arguments to memliner-bench, which says what it knows.
+        (
+            &["bench", "--workloads", "nope"],
+            "memliner bench: --workloads: unknown workload 'nope' (choose from kv, graph, index",
+        ),
+    ] {
+        let out = memliner().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr
+                .lines()
+                .filter(|l| l.contains("error") || l.contains("memliner"))
+                .count(),
+            1,
+            "{args:?}: {stderr}"
+        );
+    }
+    let help = memliner().args(["bench", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: memliner bench [OPTIONS]"));
+}
