@@ -18,10 +18,8 @@ use crate::options::{self, LogLevel, Options, Policy};
 use crate::pager::{Pager, PagerConfig};
 use crate::{gc_activity, gc_layout, heap, hooks, jvmti, model, perfdata, policy, stats, threads};
 use crate::{host_name, FATAL_EXIT_CODE};
-use swap_backend::fabric::FabricStore;
 use swap_backend::{
-    ClientOptions, LocalStore, Member, PageStore, ReplicatedStore, Scheme, ServerUrl, TcpStore,
-    PAGE_SIZE,
+    ClientOptions, LocalStore, Member, PageStore, ReplicatedStore, ServerUrl, PAGE_SIZE,
 };
 
 /// Smallest budget the pager runs with: eviction batches and fill-ahead need some room.
@@ -113,14 +111,7 @@ fn connect_servers(options: &Options) -> Result<Box<dyn PageStore>, String> {
             connections,
             deadline,
         };
-        match url.scheme {
-            Scheme::Tcp => TcpStore::connect(&url.authority(), client)
-                .map(|s| Box::new(s) as Box<dyn PageStore>),
-            Scheme::Fabric => FabricStore::connect(&url.authority(), client)
-                .map(|s| Box::new(s) as Box<dyn PageStore>),
-            Scheme::Unix => swap_backend::memfile::MemfileStore::connect(&url.authority(), client)
-                .map(|s| Box::new(s) as Box<dyn PageStore>),
-        }
+        swap_backend::connect(url, client).map(swap_backend::Connected::into_store)
     };
     if let [url] = options.servers.as_slice() {
         return open(url, namespace).map_err(|e| format!("cannot use memory server {url}: {e}"));

@@ -5,11 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::rdma_stack::{self, Device, Library};
 use serde::Serialize;
-use swap_backend::fabric::FabricStore;
-use swap_backend::memfile::MemfileStore;
-use swap_backend::rdma_stack::{self, Device, Library};
-use swap_backend::{ClientOptions, PageStore, Scheme, ServerUrl, TcpStore, PAGE_SIZE};
+use swap_backend::{ClientOptions, PageStore, Scheme, ServerUrl, PAGE_SIZE};
 
 use memliner_contracts::stats::StatsDoc;
 use memliner_uffd as uffd;
@@ -460,31 +458,20 @@ fn server(url: &ServerUrl) -> Check {
         // A server that accepts and never answers must not hang the check.
         deadline: Some(std::time::Duration::from_secs(5)),
     };
-    let reached = match url.scheme {
-        Scheme::Tcp => TcpStore::connect(&url.authority(), options)
-            .and_then(|s| Ok((s.server_stats()?, String::new()))),
-        // One page written and read back one-sided: the data path, not just the control port.
-        Scheme::Fabric => FabricStore::connect(&url.authority(), options).and_then(|s| {
-            // Before the test page: what the other clients hold, not this check's slots.
-            let stats = s.server_stats()?;
-            let ok = round_trip(&s)?;
-            Ok((
-                stats,
-                format!(
-                    ", one-sided write and read of a page over {}: {ok}",
-                    s.provider()
-                ),
-            ))
-        }),
-        Scheme::Unix => MemfileStore::connect(&url.authority(), options).and_then(|s| {
-            let stats = s.server_stats()?;
-            let ok = round_trip(&s)?;
-            Ok((
-                stats,
-                format!(", one-sided write and read of a page in a memory file: {ok}"),
-            ))
-        }),
-    };
+    // One page written and read back where the client reads and writes one-sidedly: the data
+    // path, not just the control port. The server's figures first: what the other clients
+    // hold, not this check's slots.
+    let reached = swap_backend::connect(url, options).and_then(|c| {
+        let stats = c.server_stats()?;
+        let data_path = match c.one_sided() {
+            Some(how) => format!(
+                ", one-sided write and read of a page {how}: {}",
+                round_trip(c.store())?
+            ),
+            None => String::new(),
+        };
+        Ok((stats, data_path))
+    });
     match reached {
         Ok((st, data_path)) => check(
             &name,

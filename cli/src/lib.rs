@@ -8,6 +8,7 @@ pub mod flags;
 pub mod kernel;
 pub mod live;
 pub mod locate;
+pub mod rdma_stack;
 pub mod run;
 pub mod scrape;
 pub mod summary;

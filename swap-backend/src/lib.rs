@@ -8,6 +8,7 @@ pub use memliner_protocol::{auth, protocol, units, url};
 
 pub mod checksum;
 pub mod conformance;
+mod connect;
 pub mod cpu;
 pub mod fabric;
 pub mod fabric_ffi;
@@ -16,7 +17,6 @@ pub mod memory;
 pub mod metrics;
 pub mod one_sided;
 mod page_map;
-pub mod rdma_stack;
 pub mod replica;
 /// The replicated store's part of the stats document (defined with the document).
 pub use memliner_contracts::store_stats as replication_stats;
@@ -25,6 +25,7 @@ pub mod spin;
 pub mod store;
 pub mod tcp;
 
+pub use connect::{connect, Connected};
 pub use protocol::Lane;
 pub use protocol::PAGE_SIZE;
 pub use replica::{Member, ReplicatedStore};

@@ -148,7 +148,7 @@ fn loader_error() -> String {
 /// for SIGSEGV, SIGBUS and the like when loaded or initialised (Debian's libinfinipath, under
 /// the psm provider, prints a backtrace and exits). Inside a JVM that is fatal: HotSpot takes
 /// SIGSEGV on purpose (implicit null checks, safepoint polls) and the pager serves SIGBUS.
-pub(crate) fn keeping_signal_handlers<T>(f: impl FnOnce() -> T) -> T {
+pub fn keeping_signal_handlers<T>(f: impl FnOnce() -> T) -> T {
     let saved: Vec<(c_int, libc::sigaction)> = (1..=31)
         .filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP)
         .filter_map(|s| Some((s, signal_action(s)?)))
