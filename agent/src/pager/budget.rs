@@ -19,6 +19,19 @@ use std::sync::{Arc, OnceLock};
 use super::context::Ctx;
 use super::page_table::Claim;
 
+/// Leave to charge a page: the page table's charging calls take one, and only this module
+/// can make one (its field is private), so every charge goes through [`Budget`]'s rules.
+#[derive(Debug)]
+pub struct Charging(());
+
+#[cfg(test)]
+impl Charging {
+    /// For the page table's own tests.
+    pub fn for_tests() -> Charging {
+        Charging(())
+    }
+}
+
 /// Why a page is charged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Charge {
@@ -99,7 +112,7 @@ impl Budget {
             Charge::Demand | Charge::FillAhead => self.pages,
             Charge::Prefetch => self.pages.saturating_sub(self.low),
         };
-        let ok = c.try_charge(limit);
+        let ok = c.try_charge(limit, Charging(()));
         if self.ctx.table.charged() + self.low > self.pages {
             self.wake_reclaimer();
         }
@@ -109,7 +122,7 @@ impl Budget {
     /// Charges a page the kernel already backs (touched before registration), whatever the
     /// budget: the reclaimer trims it.
     pub fn adopt(&self, p: usize) -> bool {
-        let adopted = self.ctx.table.adopt(p);
+        let adopted = self.ctx.table.adopt(p, Charging(()));
         if adopted && self.ctx.table.charged() + self.low > self.pages {
             self.wake_reclaimer();
         }

@@ -105,6 +105,40 @@ pub(super) fn munlock(addr: usize, len: usize) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Asks the kernel not to back `len` bytes at `addr` with huge pages (faults and eviction are
+/// per 4 KiB page).
+pub(super) fn no_huge_pages(addr: usize, len: usize) {
+    // SAFETY: advice only; changes no contents.
+    unsafe { libc::madvise(addr as *mut _, len, libc::MADV_NOHUGEPAGE) };
+}
+
+/// Reads the byte at `addr` of this process through the kernel (`process_vm_readv`), as the
+/// agent's own threads read heap pages: a missing page is served by the fault handlers like
+/// any fault, an unmapped one fails (`None`) instead of faulting this thread.
+pub(super) fn read_own_byte(addr: usize) -> Option<u8> {
+    let mut byte = 0u8;
+    let local = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut _,
+        iov_len: 1,
+    };
+    // SAFETY: writes one byte into a local; the kernel checks the remote address (an unmapped
+    // page fails with EFAULT).
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n == 1).then_some(byte)
+}
+
+/// Loads the byte at `page`, a page of our own mapped by `private_page` (registered with
+/// userfaultfd: a missing page raises SIGBUS on this thread, whose handler maps it).
+pub(super) fn load_own_page(page: usize) {
+    // SAFETY: `page` is a private page of ours that stays mapped (only its contents are
+    // discarded); a volatile load of one byte of it.
+    unsafe { std::ptr::read_volatile(page as *const u8) };
+}
+
 /// Drops the contents of `len` bytes at `addr` (the next access faults again).
 pub(super) fn discard(addr: usize, len: usize) {
     // SAFETY: only called on memory the caller owns whose contents it wants gone.

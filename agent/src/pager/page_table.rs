@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use super::bits::AtomicBits;
+use super::budget::Charging;
 
 /// What the pager knows of one heap page.
 #[repr(u8)]
@@ -160,8 +161,8 @@ impl PageTable {
     }
 
     /// Adopts an untouched page the kernel already backs (touched before registration):
-    /// charged, dirty (the store has no copy).
-    pub fn adopt(&self, p: usize) -> bool {
+    /// charged, dirty (the store has no copy). Only the budget can call it ([`Charging`]).
+    pub fn adopt(&self, p: usize, _: Charging) -> bool {
         match self.claim(p, PageState::Untouched) {
             Some(mut c) => {
                 c.charge();
@@ -206,8 +207,9 @@ impl Claim<'_> {
     /// Charges the page against the budget now, before its bytes arrive (so that the
     /// budget holds while pages are in flight), if fewer than `limit` pages are charged.
     /// Check and charge are one atomic step: concurrent chargers never overrun `limit`.
-    /// Only `budget` calls this: it knows each purpose's limit.
-    pub(super) fn try_charge(&mut self, limit: usize) -> bool {
+    /// Only `budget` can call this (it alone makes a [`Charging`]): it knows each purpose's
+    /// limit.
+    pub fn try_charge(&mut self, limit: usize, _: Charging) -> bool {
         if !self.charged {
             self.charged = self
                 .table
@@ -307,8 +309,8 @@ mod tests {
     #[test]
     fn claim_if_skips_busy_and_unwanted_pages() {
         let t = PageTable::new(2);
-        assert!(t.adopt(0));
-        assert!(!t.adopt(0));
+        assert!(t.adopt(0, Charging::for_tests()));
+        assert!(!t.adopt(0, Charging::for_tests()));
         assert!(t.claim_if(0, PageState::is_inactive).is_none());
         let c = t.claim_if(0, PageState::is_mapped).unwrap();
         assert!(t.claim_if(0, |_| true).is_none());

@@ -13,9 +13,6 @@
 //! reads a remote heap page's stored copy and maps it there, which is a remote fault's whole
 //! path as its thread sees it (trap, signal, store round trip, copy, return).
 
-// Unsafe here: process_vm_readv and a volatile load of its own registered page; each block says why it is sound.
-#![allow(unsafe_code)]
-
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -95,21 +92,8 @@ pub(super) fn run(parts: &Parts, every: Duration) {
 
 /// Reads one byte of heap page `p`; how long it took (ns), `None` if it failed.
 fn read_byte(ctx: &Ctx, p: usize) -> Option<u64> {
-    let mut byte = 0u8;
-    let local = libc::iovec {
-        iov_base: (&mut byte as *mut u8).cast(),
-        iov_len: 1,
-    };
-    let remote = libc::iovec {
-        iov_base: ctx.page_addr(p) as *mut _,
-        iov_len: 1,
-    };
     let t = Instant::now();
-    // SAFETY: reads one byte of our own heap into a local; the kernel checks the address
-    // (an unmapped page fails with EFAULT) and a missing page is served by the handlers
-    // like any fault.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    (n == 1).then(|| t.elapsed().as_nanos() as u64)
+    os::read_own_byte(ctx.page_addr(p)).map(|_| t.elapsed().as_nanos() as u64)
 }
 
 /// Maps and registers the probe's own page (`faults=signal`); SIGBUS is unblocked on
@@ -127,8 +111,7 @@ fn probe_page(parts: &Parts) -> std::io::Result<usize> {
 fn load_own_page(ctx: &Ctx, page: usize, p: usize) -> Option<u64> {
     ctx.probe_source.store(p, Ordering::SeqCst);
     let t = Instant::now();
-    // SAFETY: `page` is our own mapped page; a missing page raises SIGBUS, which maps it.
-    unsafe { std::ptr::read_volatile(page as *const u8) };
+    os::load_own_page(page);
     let ns = t.elapsed().as_nanos() as u64;
     os::discard(page, PAGE_SIZE); // the next load faults again
     Some(ns)

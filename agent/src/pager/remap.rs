@@ -3,9 +3,6 @@
 //! HotSpot commits and uncommits with mmap MAP_FIXED) resets the pages of the range and
 //! registers what is mapped there now.
 
-// Unsafe here: madvise(2) on a heap mapping the JVM re-mapped; each block says why it is sound.
-#![allow(unsafe_code)]
-
 use crate::policy::Admission;
 use std::sync::atomic::Ordering;
 
@@ -27,8 +24,7 @@ pub(super) fn register_and_adopt(parts: &Parts, start: usize, end: usize) -> std
     }
     // Do not let the kernel back the region with huge pages: faults and eviction are per
     // 4 KiB page.
-    // SAFETY: advice only; changes no contents.
-    unsafe { libc::madvise(start as *mut _, end - start, libc::MADV_NOHUGEPAGE) };
+    os::no_huge_pages(start, end - start);
     ctx.uffd.register(start, end - start)?;
     {
         let mut spans = ctx.spans.lock().unwrap();
