@@ -2,9 +2,6 @@
 //! the store, the OS calls, the counters and the configuration. It maps pages (the one place
 //! that calls UFFDIO_COPY) and wakes their waiters; it decides nothing.
 
-// Unsafe here: UFFDIO_COPY from raw page pointers (`map`); each block says why it is sound.
-#![allow(unsafe_code)]
-
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -14,7 +11,7 @@ use swap_backend::{PageStore, PAGE_SIZE};
 use super::config::{FatalFn, PagerConfig};
 use super::counters::{Latencies, PagerCounters, Role};
 use super::os;
-use super::page_table::PageTable;
+use super::page_table::{Claim, PageTable};
 use crate::maps::Span;
 use crate::model::{FaultKind, ThreadClass, ThreadClassifier};
 use crate::uffd::{CopyOutcome, Uffd};
@@ -79,29 +76,35 @@ impl Ctx {
         t
     }
 
-    /// Maps `count` pages from `src` at page `p` (all claimed by the caller), without waking
-    /// their waiters. A failure other than the documented outcomes stops the JVM: a page
-    /// that cannot be mapped cannot be served.
-    ///
-    /// # Safety
-    /// `src` must be valid for `count` pages and not written while this runs; pages
-    /// `p..p + count` must be registered and claimed by the caller.
-    pub unsafe fn map(
+    /// Maps claimed page `c` from `src` (one page), without waking its waiters. A failure
+    /// other than the documented outcomes stops the JVM: a page that cannot be mapped cannot
+    /// be served.
+    pub fn map(&self, c: &Claim<'_>, src: &[u8], write_protect: bool) -> CopyOutcome {
+        self.map_run(c, &[], src, write_protect)
+    }
+
+    /// Maps the run of claimed pages `first`, `rest...` (neighbours, in order) from `src` in
+    /// one ioctl, without waking their waiters. A run that fails part way reports `Gone`: the
+    /// caller maps its pages one by one.
+    pub fn map_run(
         &self,
-        p: usize,
-        src: *const u8,
-        count: usize,
+        first: &Claim<'_>,
+        rest: &[Claim<'_>],
+        src: &[u8],
         write_protect: bool,
     ) -> CopyOutcome {
+        let p = first.page();
+        assert!(
+            src.len() == (1 + rest.len()) * PAGE_SIZE
+                && rest.iter().enumerate().all(|(i, c)| c.page() == p + 1 + i),
+            "a run of {} claimed pages from heap page {p} mapped from {} bytes",
+            1 + rest.len(),
+            src.len()
+        );
         let addr = self.page_addr(p);
-        // SAFETY: the caller's contract; nobody else maps claimed pages.
-        match unsafe {
-            self.uffd
-                .copy(addr, src, count * PAGE_SIZE, write_protect, false)
-        } {
+        match os::copy_in(&self.uffd, addr, src, write_protect) {
             Ok(o) => o,
-            // A run that fails part way is retried page by page by the caller.
-            Err(_) if count > 1 => CopyOutcome::Gone,
+            Err(_) if !rest.is_empty() => CopyOutcome::Gone,
             Err(e) => self.die(&format!("cannot map heap page {p} at {addr:#x}: {e}")),
         }
     }

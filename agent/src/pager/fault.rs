@@ -8,9 +8,6 @@
 //! end the claim; the wakes of a batch are issued together (the wake dominated fault latency
 //! on this kind of VM).
 
-// Unsafe here: maps pages through the context's `map` (UFFDIO_COPY); each block says why it is sound.
-#![allow(unsafe_code)]
-
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -327,15 +324,12 @@ impl<'a> Handler<'a> {
     fn install(
         &mut self,
         c: Claim<'a>,
-        src: *const u8,
+        src: &[u8],
         protect: bool,
         state: PageState,
         joins: Joins,
     ) -> Installed<'a> {
-        let p = c.page();
-        // SAFETY: `src` is a full page (the zero page, our fetch buffer, a marker or a slot,
-        // none written while the page is claimed); page p is registered and claimed.
-        let outcome = unsafe { self.p.ctx.map(p, src, 1, protect) };
+        let outcome = self.p.ctx.map(&c, src, protect);
         self.joined(c, outcome, state, joins)
     }
 
@@ -411,8 +405,7 @@ impl<'a> Handler<'a> {
                 let Some(c) = self.p.ctx.table.claim(p, s) else {
                     return self.retry.push(ev);
                 };
-                // SAFETY: the zero page is a full page nobody writes; p is claimed.
-                let o = unsafe { self.p.ctx.map(p, ZERO_PAGE.0.as_ptr(), 1, false) };
+                let o = self.p.ctx.map(&c, &ZERO_PAGE.0, false);
                 if o == CopyOutcome::Again {
                     drop(c);
                     return self.retry.push(ev);
@@ -459,9 +452,9 @@ impl<'a> Handler<'a> {
             if self.zeros.len() < run * PAGE_SIZE {
                 self.zeros = vec![0; run * PAGE_SIZE];
             }
-            // SAFETY: `zeros` holds `run` pages nobody writes; pages p..p+run are registered
-            // (claim_ahead stays inside p's span) and claimed.
-            unsafe { ctx.map(p, self.zeros.as_ptr(), run, false) == CopyOutcome::Copied }
+            // Pages p..p+run are claimed (claim_ahead stays inside p's span).
+            let zeros = &self.zeros[..run * PAGE_SIZE];
+            ctx.map_run(&c, &ahead, zeros, false) == CopyOutcome::Copied
         };
         // Map write-protected after a read so that the first write is seen, unless dirtiness
         // is not tracked (then every page counts as written).
@@ -479,13 +472,7 @@ impl<'a> Handler<'a> {
         let done = if run_ok {
             self.joined(c, CopyOutcome::Copied, state, joins(Arrival::Fault))
         } else {
-            self.install(
-                c,
-                ZERO_PAGE.0.as_ptr(),
-                protect,
-                state,
-                joins(Arrival::Fault),
-            )
+            self.install(c, &ZERO_PAGE.0, protect, state, joins(Arrival::Fault))
         };
         if let Installed::Again(c) = done {
             // The mm is changing under an unread event: give everything back (the claims
@@ -499,7 +486,7 @@ impl<'a> Handler<'a> {
             let done = if run_ok {
                 self.joined(q, CopyOutcome::Copied, PageState::Dirty, j)
             } else {
-                self.install(q, ZERO_PAGE.0.as_ptr(), false, PageState::Dirty, j)
+                self.install(q, &ZERO_PAGE.0, false, PageState::Dirty, j)
             };
             if let Installed::Again(q) = done {
                 drop(q); // untouched again: a later touch fills it
@@ -563,7 +550,7 @@ impl<'a> Handler<'a> {
                 class: f.class,
                 source: Source::Demand,
             };
-            let src = buf[i * PAGE_SIZE..].as_ptr();
+            let src = &buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
             if let Installed::Again(c) = self.install(c, src, protect, state, joins) {
                 drop(c);
                 self.retry.push(f.ev);
@@ -623,7 +610,7 @@ impl<'a> Handler<'a> {
             return self.retry.push(ev);
         };
         let from = c.from();
-        let Some((slot, bytes)) = self.p.reclaim.take_slot(p) else {
+        let Some(slot) = self.p.reclaim.take_slot(p) else {
             ctx.die(&format!("inactive heap page {p} has no local copy"));
         };
         let clean = from == PageState::InactiveClean;
@@ -639,6 +626,8 @@ impl<'a> Handler<'a> {
             in_writeback: from == PageState::Writeback,
             class,
         };
+        let reclaim = &self.p.reclaim;
+        let bytes = reclaim.slot_bytes(slot, &c);
         if let Installed::Again(c) = self.install(c, bytes, protect, state, joins) {
             self.p.reclaim.restore_slot(p, slot);
             drop(c);
@@ -685,7 +674,7 @@ impl<'a> Handler<'a> {
             class,
             source: Source::Demand,
         };
-        if let Installed::Again(c) = self.install(c, marker.data.as_ptr(), protect, state, joins) {
+        if let Installed::Again(c) = self.install(c, &marker.data, protect, state, joins) {
             pf.put_back_marker(p, marker);
             drop(c);
             return self.retry.push(ev);

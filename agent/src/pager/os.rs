@@ -9,6 +9,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use swap_backend::PAGE_SIZE;
 
+use super::page_table::Claim;
+use crate::uffd::{CopyOutcome, Uffd};
+
 pub(super) fn spawn_blocking_signals(
     name: String,
     f: impl FnOnce() + Send + 'static,
@@ -139,6 +142,66 @@ pub(super) fn load_own_page(page: usize) {
     unsafe { std::ptr::read_volatile(page as *const u8) };
 }
 
+/// Maps a copy of `src` (whole pages) at the missing pages from `dst` on (UFFDIO_COPY), without
+/// waking their waiters. The pager calls it through `Ctx::map`, which takes the pages' claims.
+pub(super) fn copy_in(
+    uffd: &Uffd,
+    dst: usize,
+    src: &[u8],
+    write_protect: bool,
+) -> std::io::Result<CopyOutcome> {
+    debug_assert!(src.len().is_multiple_of(PAGE_SIZE) && dst.is_multiple_of(PAGE_SIZE));
+    // SAFETY: `src` is a live slice of exactly the length copied. The kernel fills only pages
+    // that are missing in a range registered with `uffd` (the JVM's heap, the probe's own
+    // page) and refuses any other destination (EEXIST for a mapped page, ENOENT outside): no
+    // memory a Rust reference can read changes under it.
+    unsafe { uffd.copy(dst, src.as_ptr(), src.len(), write_protect, false) }
+}
+
+/// Page-sized slots of our own memory, where inactive pages keep their bytes while they are
+/// unmapped from the heap. Which page holds which slot is `reclaim::slots`' business; this
+/// type holds the bytes, reached only through the claim of the page concerned. A slot is
+/// written once, by `fill`, right after it was allocated for a claimed page, and read while
+/// that page (still inactive, or claimed) holds it; it is freed only by a holder of the
+/// page's claim. So no slot is written while it is read.
+pub(super) struct SlotMemory {
+    mem: swap_backend::memory::AnonMemory,
+    slots: usize,
+}
+
+impl SlotMemory {
+    pub fn new(slots: usize) -> std::io::Result<SlotMemory> {
+        let slots = slots.max(1);
+        Ok(SlotMemory {
+            mem: swap_backend::memory::AnonMemory::new(slots * PAGE_SIZE)?,
+            slots,
+        })
+    }
+
+    /// The bytes in `slot`, which the page `_holder` claims holds.
+    pub fn bytes(&self, slot: u32, _holder: &Claim<'_>) -> &[u8] {
+        assert!(
+            (slot as usize) < self.slots,
+            "slot {slot} of {}",
+            self.slots
+        );
+        // SAFETY: in bounds (checked); the slot is held by the claimed page, so nothing writes
+        // it while it is read (see the type's rule).
+        unsafe { std::slice::from_raw_parts(self.mem.page(slot as usize), PAGE_SIZE) }
+    }
+
+    /// Copies the heap pages at `srcs` into `slots` (just allocated, one per page), the pages
+    /// being mapped and claimed by the caller (`holders`, in the same order): through
+    /// process_vm_readv on ourselves, so that a page the JVM unmapped concurrently (heap
+    /// shrink) reads as a failure instead of a SIGSEGV in our thread. Which were copied.
+    pub fn fill(&self, srcs: &[usize], slots: &[u32], holders: &[&Claim<'_>]) -> Vec<bool> {
+        assert!(srcs.len() == slots.len() && slots.len() == holders.len());
+        assert!(slots.iter().all(|&s| (s as usize) < self.slots));
+        let dsts: Vec<*mut u8> = slots.iter().map(|&s| self.mem.page(s as usize)).collect();
+        copy_out(srcs, &dsts)
+    }
+}
+
 /// Drops the contents of `len` bytes at `addr` (the next access faults again).
 pub(super) fn discard(addr: usize, len: usize) {
     // SAFETY: only called on memory the caller owns whose contents it wants gone.
@@ -245,14 +308,11 @@ pub(super) fn runs(base: usize, pages: &[usize]) -> Vec<(usize, usize)> {
     out
 }
 
-/// Copies whole pages out of the heap with process_vm_readv on ourselves, so that a page the
-/// JVM unmapped concurrently (heap shrink) reads as a failure instead of a SIGSEGV in our
-/// thread. `dsts[i]` receives the page at `srcs[i]`. Returns which pages were copied.
-///
-/// # Safety
-/// Every `dsts[i]` must be valid for writes of a page, and no source page may be missing in a
-/// userfaultfd-registered range (the copy would wait for the caller's own handler).
-pub(super) unsafe fn copy_out(srcs: &[usize], dsts: &[*mut u8]) -> Vec<bool> {
+/// `SlotMemory::fill`'s copy: `dsts[i]` receives the page at `srcs[i]`; which were copied.
+/// Every `dsts[i]` is a slot of `SlotMemory` in bounds, allocated to the claimed page at
+/// `srcs[i]`; the source pages are mapped (claimed while mapped), so the read cannot wait for
+/// our own fault handler.
+fn copy_out(srcs: &[usize], dsts: &[*mut u8]) -> Vec<bool> {
     debug_assert_eq!(srcs.len(), dsts.len());
     let mut ok = vec![false; srcs.len()];
     let mut i = 0;
@@ -272,8 +332,9 @@ pub(super) unsafe fn copy_out(srcs: &[usize], dsts: &[*mut u8]) -> Vec<bool> {
                 iov_len: PAGE_SIZE,
             })
             .collect();
-        // SAFETY: local iovecs name the caller's page buffers (see the contract); remote ones
-        // name our own heap pages, which the kernel reads with fault checks.
+        // SAFETY: local iovecs name slots of ours, each a page in bounds and written by no one
+        // else (see above); remote ones name our own heap pages, which the kernel reads with
+        // fault checks.
         let got = unsafe {
             libc::process_vm_readv(
                 libc::getpid(),

@@ -13,9 +13,6 @@
 //! dropped and counted), and markers are capped (the oldest is dropped, counted as a miss of
 //! its stream, and its page is `Remote` again: the store's copy is current).
 
-// Unsafe here: maps fetched pages through the context's `map` (UFFDIO_COPY); each block says why it is sound.
-#![allow(unsafe_code)]
-
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -453,18 +450,20 @@ impl Prefetcher {
                 }
                 run.push(claims.next().unwrap().1);
             }
-            let whole = self.map_prefetched(
-                run[0].page(),
+            // One ioctl for the run; if it did not map them all, page by page.
+            let whole = ctx.map_run(
+                &run[0],
+                &run[1..],
                 &buf[i * PAGE_SIZE..(i + run.len()) * PAGE_SIZE],
                 protect,
-            );
+            ) == CopyOutcome::Copied;
             for (k, c) in run.into_iter().enumerate() {
                 let p = c.page();
                 let o = if whole {
                     CopyOutcome::Copied
                 } else {
-                    self.map_prefetched_one(
-                        p,
+                    ctx.map(
+                        &c,
                         &buf[(i + k) * PAGE_SIZE..(i + k + 1) * PAGE_SIZE],
                         protect,
                     )
@@ -549,23 +548,6 @@ impl Prefetcher {
                 self.ctx.config.policy.note_tracked(class);
             }
         }
-    }
-
-    /// Maps a run of prefetched pages from `data` in one ioctl; `false` if it did not map
-    /// them all (the caller then maps page by page).
-    fn map_prefetched(&self, first: usize, data: &[u8], protect: bool) -> bool {
-        // SAFETY: `data` holds whole pages, not written meanwhile; the pages from `first` on
-        // are registered (they were Remote) and claimed by this worker.
-        let r = unsafe {
-            self.ctx
-                .map(first, data.as_ptr(), data.len() / PAGE_SIZE, protect)
-        };
-        r == CopyOutcome::Copied
-    }
-
-    fn map_prefetched_one(&self, p: usize, data: &[u8], protect: bool) -> CopyOutcome {
-        // SAFETY: as in map_prefetched, for one page.
-        unsafe { self.ctx.map(p, data.as_ptr(), 1, protect) }
     }
 
     /// Forgets the marker copy of page `p` (the caller has moved it out of `Cached`).

@@ -334,6 +334,6 @@ fn serve_probe(ctx: &Ctx, page: usize) {
     if p != PROBE_LOCAL && ctx.store.read_pages(&[p as u64], &mut buf).is_err() {
         buf.fill(0);
     }
-    // SAFETY: buf is a full page; `page` is the probe's registered page, missing.
-    let _ = unsafe { ctx.uffd.copy(page, buf.as_ptr(), PAGE_SIZE, false, false) };
+    // `page` is the probe's registered page, missing.
+    let _ = super::os::copy_in(&ctx.uffd, page, &buf, false);
 }

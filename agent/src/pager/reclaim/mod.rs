@@ -24,9 +24,6 @@
 //! are free. A fault that finds the budget full reclaims itself ("direct reclaim", counted
 //! like the kernel's allocstall).
 
-// Unsafe here: copies pages out of the heap (`os::copy_out`) and reads slot memory; each block says why it is sound.
-#![allow(unsafe_code)]
-
 pub(super) mod lists;
 mod pressure;
 mod sizing;
@@ -396,10 +393,13 @@ impl Reclaimer {
 
     /// The slot holding inactive page `p`'s bytes, taken by its claim holder. `None` means a
     /// bug: an inactive page always has one.
-    pub fn take_slot(&self, p: usize) -> Option<(u32, *const u8)> {
-        self.slots
-            .take(p)
-            .map(|s| (s, self.slots.ptr(s) as *const u8))
+    pub fn take_slot(&self, p: usize) -> Option<u32> {
+        self.slots.take(p)
+    }
+
+    /// The bytes in `slot`, held by the page `holder` claims (a reactivation maps them back).
+    pub fn slot_bytes(&self, slot: u32, holder: &Claim<'_>) -> &[u8] {
+        self.slots.bytes(slot, holder)
     }
 
     /// Gives a slot back to page `p` (a reactivation that has to be retried).
@@ -665,10 +665,10 @@ impl Reclaimer {
             .iter()
             .map(|v| self.ctx.page_addr(v.0.page()))
             .collect();
-        let dsts: Vec<*mut u8> = slots.iter().map(|&s| self.slots.ptr(s)).collect();
-        // SAFETY: every destination is a slot allocated above, owned by this call; every
-        // source is a claimed mapped page (Busy), so reading it cannot fault into our handler.
-        let copied = unsafe { os::copy_out(&srcs, &dsts) };
+        let holders: Vec<&Claim<'_>> = victims.iter().map(|v| &v.0).collect();
+        // The slots were allocated above for this call; every source is a claimed mapped page
+        // (Busy), so reading it cannot fault into our handler.
+        let copied = self.slots.fill_from(&srcs, &slots, &holders);
         let pages: Vec<usize> = order.iter().map(|&i| victims[i].0.page()).collect();
         if let Err(e) = self.ctx.discard(&os::runs(self.ctx.base, &pages)) {
             self.ctx.die(&format!("cannot discard heap pages: {e}"));
@@ -829,9 +829,8 @@ impl Reclaimer {
                 .slots
                 .of(p)
                 .unwrap_or_else(|| self.ctx.die(&format!("inactive heap page {p} has no slot")));
-            // SAFETY: the slot belongs to page p, which this call has claimed; nobody writes
-            // a slot while its page is inactive.
-            let bytes = unsafe { std::slice::from_raw_parts(self.slots.ptr(slot), PAGE_SIZE) };
+            // The slot belongs to page p, which this call has claimed.
+            let bytes = self.slots.bytes(slot, &c);
             if bytes.iter().all(|b| *b == 0) {
                 self.slots.take(p);
                 zero_slots.push(slot);

@@ -4,13 +4,13 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
-use swap_backend::memory::AnonMemory;
-use swap_backend::PAGE_SIZE;
+use super::super::os::SlotMemory;
+use super::super::page_table::Claim;
 
 const NO_SLOT: u32 = u32::MAX;
 
 pub(super) struct Slots {
-    mem: AnonMemory,
+    mem: SlotMemory,
     free: Mutex<Vec<u32>>,
     /// The slot of each inactive page, [`NO_SLOT`] for others.
     of_page: Box<[AtomicU32]>,
@@ -22,7 +22,7 @@ pub(super) struct Slots {
 impl Slots {
     pub fn new(capacity: usize, npages: usize) -> std::io::Result<Slots> {
         Ok(Slots {
-            mem: AnonMemory::new(capacity.max(1) * PAGE_SIZE)?,
+            mem: SlotMemory::new(capacity)?,
             // Popped from the end: low slots are reused first, so the memory touched stays
             // as small as the list has ever been.
             free: Mutex::new((0..capacity as u32).rev().collect()),
@@ -45,8 +45,14 @@ impl Slots {
         }
     }
 
-    pub fn ptr(&self, slot: u32) -> *mut u8 {
-        self.mem.page(slot as usize)
+    /// The bytes in `slot`, held by the page `holder` claims.
+    pub fn bytes(&self, slot: u32, holder: &Claim<'_>) -> &[u8] {
+        self.mem.bytes(slot, holder)
+    }
+
+    /// Copies the claimed mapped pages at `srcs` into the fresh `slots`; which were copied.
+    pub fn fill_from(&self, srcs: &[usize], slots: &[u32], holders: &[&Claim<'_>]) -> Vec<bool> {
+        self.mem.fill(srcs, slots, holders)
     }
 
     /// The slot page `p` holds, if any.
