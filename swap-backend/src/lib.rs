@@ -5,15 +5,17 @@
 
 // The wire, URLs and units live in their own crate (`memliner-protocol`); their paths stay.
 pub use memliner_protocol::{auth, protocol, units, url};
+// What threads cost and when they spin, and libfabric's bindings: crates of their own.
+pub use memliner_cpu as cpu;
+pub use memliner_cpu::spin;
+pub use memliner_fabric_sys as fabric_ffi;
+pub use memliner_fabric_sys::memory;
 
 pub mod checksum;
 pub mod conformance;
 mod connect;
-pub mod cpu;
 pub mod fabric;
-pub mod fabric_ffi;
 pub mod memfile;
-pub mod memory;
 pub mod metrics;
 pub mod one_sided;
 mod page_map;
@@ -21,7 +23,6 @@ pub mod replica;
 /// The replicated store's part of the stats document (defined with the document).
 pub use memliner_contracts::store_stats as replication_stats;
 pub mod server;
-pub mod spin;
 pub mod store;
 pub mod tcp;
 

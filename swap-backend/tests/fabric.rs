@@ -7,7 +7,7 @@
 use swap_backend::conformance::{self, MIN_CAPACITY_PAGES};
 use swap_backend::fabric::FabricStore;
 use swap_backend::server::{self, ServerConfig, ServerHandle};
-use swap_backend::{ClientOptions, PageStore, ReplicatedStore, PAGE_SIZE};
+use swap_backend::{fabric_ffi, ClientOptions, PageStore, ReplicatedStore, PAGE_SIZE};
 
 fn config(capacity_pages: u64) -> ServerConfig {
     ServerConfig {
@@ -180,4 +180,33 @@ fn replicated_one_sided_pages_survive_a_restart_then_a_loss() {
         },
         || b.stop(),
     );
+}
+
+#[test]
+fn the_tcp_provider_offers_one_sided_reads_where_libfabric_is_installed() {
+    if !conformance::libfabric_or_skip("the provider listing test") {
+        return;
+    }
+    if std::env::var("FI_PROVIDER").is_ok_and(|p| p != "tcp") {
+        return; // FI_PROVIDER hides tcp from every query
+    }
+    let lib = fabric_ffi::load().unwrap();
+    assert!(lib.version() >= (1, 17), "{lib:?}");
+    let p = lib
+        .providers(
+            fabric_ffi::FI_RMA | fabric_ffi::FI_MSG,
+            fabric_ffi::EpType::Msg,
+        )
+        .unwrap();
+    assert!(
+        p.iter()
+            .any(|p| p.provider == "tcp" && p.rma && p.ep_type == "FI_EP_MSG"),
+        "{p:?}"
+    );
+    // A capability nobody has (bit 63 is reserved): an empty list, not an error.
+    assert!(lib
+        .providers(1 << 63, fabric_ffi::EpType::Msg)
+        .unwrap()
+        .is_empty());
+    assert!(!lib.strerror(-61).is_empty());
 }

@@ -123,7 +123,7 @@ impl<'a> Handler<'a> {
         present: bool,
         started: Instant,
     ) -> bool {
-        let tid = swap_backend::cpu::gettid();
+        let tid = memliner_cpu::gettid();
         let ev = Event::Fault {
             addr,
             write,
@@ -156,7 +156,7 @@ impl<'a> Handler<'a> {
             // then sleep.
             let mut ready = if self.retry.is_empty() && !ctx.by_signal {
                 let mut n = 0;
-                swap_backend::spin::spin_until(|| {
+                memliner_cpu::spin::spin_until(|| {
                     // An error is reported by the blocking poll below.
                     n = os::poll(&mut fds, 0).unwrap_or(0);
                     n > 0

@@ -31,7 +31,7 @@
 //! Fault handlers (`fault`) serve faults and block in poll when idle; the reclaimer keeps a
 //! reserve of free budget; prefetch workers fetch the windows streams ask for; a probe
 //! (`probe`) measures fault latency as a faulting thread sees it. None of them spins unless a
-//! core is idle (`swap_backend::spin`).
+//! core is idle (`memliner_cpu::spin`).
 //!
 //! # Rules the handler keeps
 //! It never touches a page that is not local (it would wait on itself), runs with every
@@ -123,7 +123,7 @@ fn spawn(
             .threads
             .lock()
             .unwrap()
-            .push((role, swap_backend::cpu::gettid()));
+            .push((role, memliner_cpu::gettid()));
         let fatal = p.ctx.fatal;
         let run = std::panic::AssertUnwindSafe(|| body(&p));
         if let Err(e) = std::panic::catch_unwind(run) {
@@ -542,7 +542,7 @@ impl Pager {
                 let t = threads
                     .iter()
                     .filter(|(r, _)| *r == role)
-                    .filter_map(|(_, tid)| swap_backend::cpu::cpu_time_of(*tid))
+                    .filter_map(|(_, tid)| memliner_cpu::cpu_time_of(*tid))
                     .sum();
                 (role, t)
             })

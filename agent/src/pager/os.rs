@@ -165,7 +165,7 @@ pub(super) fn copy_in(
 /// that page (still inactive, or claimed) holds it; it is freed only by a holder of the
 /// page's claim. So no slot is written while it is read.
 pub(super) struct SlotMemory {
-    mem: swap_backend::memory::AnonMemory,
+    mem: memliner_fabric_sys::memory::AnonMemory,
     slots: usize,
 }
 
@@ -173,7 +173,7 @@ impl SlotMemory {
     pub fn new(slots: usize) -> std::io::Result<SlotMemory> {
         let slots = slots.max(1);
         Ok(SlotMemory {
-            mem: swap_backend::memory::AnonMemory::new(slots * PAGE_SIZE)?,
+            mem: memliner_fabric_sys::memory::AnonMemory::new(slots * PAGE_SIZE)?,
             slots,
         })
     }

@@ -31,7 +31,7 @@ const SCAN: usize = 256;
 pub(super) fn run(parts: &Parts, every: Duration) {
     let ctx = &*parts.ctx;
     ctx.probe_tid
-        .store(swap_backend::cpu::gettid(), Ordering::Relaxed);
+        .store(memliner_cpu::gettid(), Ordering::Relaxed);
     let own_page = if ctx.by_signal {
         match probe_page(parts) {
             Ok(p) => Some(p),

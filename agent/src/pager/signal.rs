@@ -276,7 +276,7 @@ fn serve(shared: &Parts, addr: usize, write: bool, present: bool) {
             .unwrap_or_default();
         shared.ctx.die(&format!(
             "serving the fault at {addr:#x} on thread {} crashed: {why}",
-            swap_backend::cpu::gettid()
+            memliner_cpu::gettid()
         ))
     });
     shared

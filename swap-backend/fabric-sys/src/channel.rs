@@ -214,7 +214,7 @@ impl Channel {
             let mut got = self.cq.poll()?;
             if got == 0 {
                 let mut err = None;
-                crate::spin::spin_until(|| match self.cq.poll() {
+                memliner_cpu::spin::spin_until(|| match self.cq.poll() {
                     Ok(0) => false,
                     Ok(n) => {
                         got = n;
@@ -261,7 +261,7 @@ impl Channel {
                     // Worded as a TCP store's: one deadline, one message, whatever the transport.
                     format!(
                         "no answer within the {} deadline (no completion)",
-                        crate::units::format_duration(self.timeout)
+                        memliner_protocol::units::format_duration(self.timeout)
                     ),
                 ));
             }

@@ -1,6 +1,11 @@
-//! CPU time of the calling thread, to count what our own threads cost the machine.
+//! What our threads cost the machine's cores, and when they may spin: CPU time of a thread or
+//! of the process, thread ids, and the spin governor (`spin`). The pager, the transports and
+//! the memory server count their CPU and spin through it, as every thread we add competes
+//! with the JVM for the cores.
 
 #![allow(unsafe_code)]
+
+pub mod spin;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 
 #![allow(unsafe_code)]
 
-use crate::protocol::PAGE_SIZE;
+use memliner_protocol::PAGE_SIZE;
 
 /// A private anonymous mapping, page-aligned and zero until written, reserved lazily (it costs
 /// only what it holds until written or pinned by an RDMA NIC), unmapped on drop.
