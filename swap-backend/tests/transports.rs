@@ -150,10 +150,13 @@ fn unreachable_server_error_names_it() {
     assert!(err.to_string().contains(&addr), "{err}");
 }
 
+/// Sends `bytes` on a fresh connection and reads what comes back until the server closes it.
+/// A server that closes on the first bad bytes may do so before the rest is written or the
+/// write side is shut (EPIPE, ENOTCONN): what it answered is the result either way.
 fn raw_exchange(s: &ServerHandle, bytes: &[u8]) -> Vec<u8> {
     let mut c = TcpStream::connect(s.local_addr()).unwrap();
-    c.write_all(bytes).unwrap();
-    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let _ = c.write_all(bytes);
+    let _ = c.shutdown(std::net::Shutdown::Write);
     let mut back = Vec::new();
     let _ = c.read_to_end(&mut back);
     back
