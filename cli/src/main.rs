@@ -293,7 +293,7 @@ fn server(a: ServerArgs) -> ExitCode {
     };
     let latency = a.emulate_latency.filter(|d| !d.is_zero());
     let listen = a.listen.0;
-    let cfg = swap_backend::server::ServerConfig {
+    let cfg = memliner_server::ServerConfig {
         capacity_bytes: a.capacity,
         token,
         verbose: a.verbose,
@@ -301,7 +301,7 @@ fn server(a: ServerArgs) -> ExitCode {
         fabric: listen.scheme == swap_backend::Scheme::Fabric,
         grace: a.grace,
         quota_pages: a.quota,
-        limits: swap_backend::server::Limits {
+        limits: memliner_server::Limits {
             connections: a.max_connections,
             connections_per_client: a.max_client_connections,
             hello_deadline: a.hello_deadline,
@@ -311,16 +311,16 @@ fn server(a: ServerArgs) -> ExitCode {
     };
     let spawned = match listen.scheme {
         swap_backend::Scheme::Unix => {
-            swap_backend::server::spawn_unix(std::path::Path::new(&listen.authority()), cfg)
+            memliner_server::spawn_unix(std::path::Path::new(&listen.authority()), cfg)
         }
-        _ => swap_backend::server::spawn(&listen.authority(), cfg),
+        _ => memliner_server::spawn(&listen.authority(), cfg),
     };
     let h = match spawned {
         Ok(h) => h,
         Err(e) => {
             let needs_token = e
                 .get_ref()
-                .is_some_and(|i| i.is::<swap_backend::server::TokenRequired>());
+                .is_some_and(|i| i.is::<memliner_server::TokenRequired>());
             let hint = if needs_token {
                 " (--token-file PATH, or MEMLINER_TOKEN)"
             } else {

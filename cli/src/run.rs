@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::workloads;
 use memliner_contracts::options::{Budget, OptionError, Options, Policy};
 use memliner_contracts::stats::StatsDoc;
-use swap_backend::server::{self, ServerConfig, ServerHandle};
+use memliner_server::{self as server, ServerConfig, ServerHandle};
 
 /// How to run one JVM.
 #[derive(Clone, Debug)]
@@ -265,7 +265,7 @@ pub fn embedded_config(transport: Transport) -> ServerConfig {
         fabric: transport == Transport::Fabric,
         grace: std::time::Duration::ZERO,
         quota_pages: None,
-        limits: swap_backend::server::Limits::default(),
+        limits: memliner_server::Limits::default(),
         metrics: None,
         fabric_provider: None,
     }

@@ -49,18 +49,18 @@ fn no_rdma_library_is_linked() {
 #[test]
 fn doctor_checks_the_machine_the_jdk_and_the_servers() {
     let fabric = swap_backend::conformance::libfabric_or_skip("doctor's fabric:// check");
-    let live = swap_backend::server::spawn(
+    let live = memliner_server::spawn(
         "127.0.0.1:0",
-        swap_backend::server::ServerConfig {
+        memliner_server::ServerConfig {
             fabric,
-            ..swap_backend::server::ServerConfig::with_capacity(64 << 20)
+            ..memliner_server::ServerConfig::with_capacity(64 << 20)
         },
     )
     .unwrap();
     let socket = std::env::temp_dir().join(format!("memliner-doctor-{}.sock", std::process::id()));
-    let files = swap_backend::server::spawn_unix(
+    let files = memliner_server::spawn_unix(
         &socket,
-        swap_backend::server::ServerConfig::with_capacity(64 << 20),
+        memliner_server::ServerConfig::with_capacity(64 << 20),
     )
     .unwrap();
     let dead = std::net::TcpListener::bind("127.0.0.1:0")

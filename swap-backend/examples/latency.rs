@@ -1,6 +1,6 @@
 //! Single-page read latency over TCP loopback: `cargo run --release --example latency`.
+use memliner_server::{spawn, ServerConfig};
 use std::time::Instant;
-use swap_backend::server::{spawn, ServerConfig};
 use swap_backend::{ClientOptions, PageStore, TcpStore, PAGE_SIZE};
 
 fn main() {

@@ -1,5 +1,11 @@
-//! Where evicted heap pages go: the page protocol, the `PageStore` interface with its in-process
-//! and TCP implementations, and the memory server (`memliner server`).
+//! Where evicted heap pages go, as a client sees it: the [`PageStore`] interface and its stores
+//! (in-process, TCP frames, one-sided memory files and libfabric, several servers with copies
+//! of every page), end-to-end checksums, the conformance suite every store passes, and the
+//! Prometheus text format both the agent and the server serve.
+//!
+//! Beside it, crates of their own: the wire and URLs (`memliner-protocol`), libfabric's
+//! bindings (`memliner-fabric-sys`), thread CPU and spinning (`memliner-cpu`), and the memory
+//! server (`memliner-server`, which builds on this crate).
 //!
 //! Data flows one way: the agent's pager calls a [`PageStore`]; nothing here knows about JVMs.
 
@@ -18,11 +24,9 @@ pub mod fabric;
 pub mod memfile;
 pub mod metrics;
 pub mod one_sided;
-mod page_map;
 pub mod replica;
 /// The replicated store's part of the stats document (defined with the document).
 pub use memliner_contracts::store_stats as replication_stats;
-pub mod server;
 pub mod store;
 pub mod tcp;
 

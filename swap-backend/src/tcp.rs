@@ -346,7 +346,7 @@ pub(crate) fn bound_waits(stream: &TcpStream, deadline: Option<Duration>) -> std
 /// Polls the socket without blocking until data is there, while [`crate::spin`] allows it
 /// (a core is idle, at most [`crate::spin::SPIN`]); the caller then blocks in `read`.
 #[allow(unsafe_code)]
-pub(crate) fn spin_until_readable(stream: &impl std::os::fd::AsFd) {
+pub fn spin_until_readable(stream: &impl std::os::fd::AsFd) {
     use std::os::fd::AsRawFd;
     let fd = stream.as_fd().as_raw_fd();
     let mut b = 0u8;

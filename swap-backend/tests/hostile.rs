@@ -7,9 +7,9 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use memliner_server::{self as server, Limits, ServerConfig};
 use swap_backend::conformance::pattern;
 use swap_backend::protocol::{encode_ids, Header, Hello, Lane, Op, Request, HEADER_LEN};
-use swap_backend::server::{self, Limits, ServerConfig};
 use swap_backend::{ClientOptions, PageStore, TcpStore, PAGE_SIZE};
 
 /// xorshift64*: reproducible noise without a dependency.

@@ -6,10 +6,10 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use memliner_server::{self as server, ServerConfig, ServerHandle};
 use swap_backend::conformance::{self, pattern, MIN_CAPACITY_PAGES};
 use swap_backend::memfile::{FdReader, Hangup, MemfileStore};
 use swap_backend::protocol::{read_frame, Hello, Lane, Reply, Request};
-use swap_backend::server::{self, ServerConfig, ServerHandle};
 use swap_backend::{ClientOptions, Member, PageStore, ReplicatedStore, PAGE_SIZE};
 
 /// A socket path of its own for each server of this process.

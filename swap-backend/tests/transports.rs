@@ -5,8 +5,8 @@ use std::net::TcpStream;
 
 use std::sync::Mutex;
 
+use memliner_server::{self as server, ServerConfig, ServerHandle};
 use swap_backend::conformance::{self, pattern, MIN_CAPACITY_PAGES};
-use swap_backend::server::{self, ServerConfig, ServerHandle};
 use swap_backend::{
     ClientOptions, LatencyStore, LocalStore, Member, PageStore, ReplicatedStore, TcpStore,
     PAGE_SIZE,
@@ -376,7 +376,7 @@ fn a_connection_flood_is_bounded_and_connected_clients_keep_working() {
     // 500 ms a clean-clone run beside a build saw 1 open).
     let deadline = std::time::Duration::from_millis(2000);
     let s = start_with(ServerConfig {
-        limits: swap_backend::server::Limits {
+        limits: memliner_server::Limits {
             connections: 32,
             connections_per_client: 4,
             hello_deadline: deadline,

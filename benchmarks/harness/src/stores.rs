@@ -134,11 +134,11 @@ pub fn measure(mib: usize, reps: usize) -> Result<Vec<StoreFigures>, String> {
         providers.extend([Some("shm"), Some("tcp;ofi_rxm")]);
     }
     for provider in providers {
-        let config = swap_backend::server::ServerConfig {
+        let config = memliner_server::ServerConfig {
             fabric_provider: provider.map(str::to_string),
             ..embedded_config(Transport::Fabric)
         };
-        let server = match swap_backend::server::spawn("127.0.0.1:0", config) {
+        let server = match memliner_server::spawn("127.0.0.1:0", config) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("memliner bench: no fabric figures over {provider:?}: {e}");

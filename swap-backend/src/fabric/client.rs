@@ -439,13 +439,13 @@ mod tests {
     use super::*;
     use crate::conformance::pattern;
     use crate::protocol::Grant;
-    use crate::server::{self, ServerConfig};
+    use memliner_server::{self as server, ServerConfig};
 
-    fn pair() -> Option<(crate::server::ServerHandle, FabricStore)> {
+    fn pair() -> Option<(memliner_server::ServerHandle, FabricStore)> {
         pair_with(1024)
     }
 
-    fn pair_with(capacity_pages: u64) -> Option<(crate::server::ServerHandle, FabricStore)> {
+    fn pair_with(capacity_pages: u64) -> Option<(memliner_server::ServerHandle, FabricStore)> {
         if !crate::conformance::libfabric_or_skip("a fabric client test") {
             return None;
         }

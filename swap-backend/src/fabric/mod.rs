@@ -2,10 +2,8 @@
 //! pool. libfabric itself is reached only through [`crate::fabric_ffi`].
 
 mod client;
-mod target;
 
 pub use client::{FabricStore, ALLOC_CHUNK, CHANNEL_PAGES, KEEP_FREE};
-pub use target::Target;
 
 /// The provider to ask for: none when `FI_PROVIDER` is set (libfabric then filters by it, as
 /// every libfabric program does), else `efa` on a host whose RDMA devices are AWS's (named
@@ -38,7 +36,7 @@ pub fn provider_choice() -> Option<String> {
 /// where the provider offers them, else reliable datagrams (`FI_EP_RDM`: shm, efa, and the
 /// layered `verbs;ofi_rxm` or `tcp;ofi_rxm`, which `FI_PROVIDER` names to choose them). The
 /// error is the connected query's, which names the provider asked for.
-pub(crate) fn listen_info(
+pub fn listen_info(
     host: &str,
     provider: Option<&str>,
 ) -> Result<crate::fabric_ffi::Info, crate::fabric_ffi::FabricError> {
@@ -51,7 +49,7 @@ pub(crate) fn listen_info(
 /// verbs;ofi_rxm over IPoIB), at `host`'s interface (`source`: to listen there, any port);
 /// for one whose addresses are not (shm's are names; `host` would be read as a name server's
 /// address), wherever the provider puts them.
-pub(crate) fn rdm_info(
+pub fn rdm_info(
     host: &str,
     source: bool,
     provider: Option<&str>,
@@ -67,7 +65,7 @@ pub(crate) fn rdm_info(
 }
 
 /// The message for a listener no provider can serve.
-pub(crate) fn no_provider(
+pub fn no_provider(
     e: crate::fabric_ffi::FabricError,
     host: &str,
     provider: Option<&str>,

@@ -10,12 +10,10 @@
 //! leaves the client's mappings alone, and the client takes the hang-up as the server's loss.
 
 mod client;
-mod pool;
-mod sys;
+pub mod sys;
 
 pub use crate::one_sided::Hangup;
 pub use client::{grant_pages, MemfileStore, KEEP_FREE, MAX_GRANT, MIN_GRANT};
-pub use pool::FileGrants;
 pub use sys::{send_with_fds, server_at, FdReader};
 
 /// What the server names the provider in its attach reply.

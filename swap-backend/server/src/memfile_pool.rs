@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 
-use super::sys;
-use crate::protocol::Grant;
+use swap_backend::memfile::sys;
+use swap_backend::protocol::Grant;
 
 /// One client session's grants. Slots are numbered per session (no other client ever maps a
 /// grant's file: the descriptor, handed to this client alone, is the grant's key).
@@ -88,7 +88,10 @@ mod tests {
         let (a, fa) = g.alloc(3).unwrap();
         let (b, fb) = g.alloc(2).unwrap();
         assert_eq!((a.slot, a.pages, b.slot, b.pages), (0, 3, 3, 2));
-        assert_eq!(sys::file_len(&fa).unwrap(), 3 * crate::PAGE_SIZE as u64);
+        assert_eq!(
+            sys::file_len(&fa).unwrap(),
+            3 * swap_backend::PAGE_SIZE as u64
+        );
         // The client cannot grow its grant past what the server reserved.
         let grow = rustix::fs::ftruncate(&fa, 1 << 30).unwrap_err();
         assert_eq!(grow, rustix::io::Errno::PERM, "{grow}");
@@ -105,6 +108,9 @@ mod tests {
         assert_eq!(g.pages(), 2);
         // Cut by the server: the client's file stays whole.
         assert_eq!(g.end(false), 2);
-        assert_eq!(sys::file_len(&fb).unwrap(), 2 * crate::PAGE_SIZE as u64);
+        assert_eq!(
+            sys::file_len(&fb).unwrap(),
+            2 * swap_backend::PAGE_SIZE as u64
+        );
     }
 }

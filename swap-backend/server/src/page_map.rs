@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::protocol::PAGE_SIZE;
+use swap_backend::PAGE_SIZE;
 
 /// Shards per namespace.
 const SHARDS: usize = 64;

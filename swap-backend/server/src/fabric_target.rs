@@ -22,12 +22,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::fabric_ffi::{
+use swap_backend::fabric_ffi::{
     Access, AddressVector, CompletionQueue, Domain, Endpoint, EpType, Event, EventQueue, Fabric,
     FabricError, Info, MemoryRegion, PassiveEndpoint, Peers, FI_MR_PROV_KEY, FI_MR_VIRT_ADDR,
 };
-use crate::memory::AnonMemory;
-use crate::protocol::{AttachOk, ConnectData, Grant, PAGE_SIZE};
+use swap_backend::memory::AnonMemory;
+use swap_backend::protocol::{AttachOk, ConnectData, Grant, PAGE_SIZE};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -112,17 +112,19 @@ fn random_u64() -> u64 {
 
 impl Target {
     /// Registers a pool of `capacity_pages` and listens on `host` (any free port) with
-    /// `provider` (`None`: [`super::provider_choice`]): over connected endpoints where the
-    /// provider has them, else over reliable datagrams (see [`super::listen_info`]).
+    /// `provider` (`None`: [`swap_backend::fabric::provider_choice`]): over connected endpoints where the
+    /// provider has them, else over reliable datagrams (see [`swap_backend::fabric::listen_info`]).
     pub fn start(
         host: &str,
         capacity_pages: u64,
         verbose: bool,
         provider: Option<&str>,
     ) -> Result<Arc<Target>, String> {
-        let provider = provider.map(str::to_string).or_else(super::provider_choice);
-        let info = super::listen_info(host, provider.as_deref())
-            .map_err(|e| super::no_provider(e, host, provider.as_deref()))?;
+        let provider = provider
+            .map(str::to_string)
+            .or_else(swap_backend::fabric::provider_choice);
+        let info = swap_backend::fabric::listen_info(host, provider.as_deref())
+            .map_err(|e| swap_backend::fabric::no_provider(e, host, provider.as_deref()))?;
         let err = |e: FabricError| {
             format!(
                 "libfabric ({}, {}) on {host}: {e}",
@@ -152,7 +154,7 @@ impl Target {
         let target = Arc::new(Target {
             provider: info.provider(),
             verbose,
-            poll_only: !crate::fabric_ffi::blocking_read_progresses(&info),
+            poll_only: !swap_backend::fabric_ffi::blocking_read_progresses(&info),
             mr_mode: info.mr_mode(),
             key_bytes: info.mr_key_size().min(8),
             capacity_pages,
@@ -458,7 +460,7 @@ impl Target {
     pub fn cpu_time(&self) -> Duration {
         lock(&self.tids)
             .iter()
-            .filter_map(|&t| crate::cpu::cpu_time_of(t))
+            .filter_map(|&t| swap_backend::cpu::cpu_time_of(t))
             .sum()
     }
 

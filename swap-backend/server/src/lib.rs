@@ -1,13 +1,17 @@
 //! The memory server: holds pages for its clients in RAM, one namespace per client.
 //!
 //! Clients reach it over TCP (`tcp://`, and `fabric://`'s control channel) or a Unix socket
-//! (`unix://`: one-sided pages in memory files, see [`crate::memfile`]).
+//! (`unix://`: one-sided pages in memory files, see [`swap_backend::memfile`]).
 //!
 //! One thread per connection. A namespace lives while at least one connection that said hello
 //! with its name is open; when the last one closes its pages are freed (the client that owned
 //! them is gone, so nobody can ask for them again). Capacity is shared by all namespaces and
 //! enforced on every write. A malformed frame or a failed connection closes that connection
 //! with a logged reason and never takes the server down.
+
+mod fabric_target;
+mod memfile_pool;
+mod page_map;
 
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -18,11 +22,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::auth::{same_secret, SessionKey};
-use crate::fabric::Target;
-use crate::memfile::FileGrants;
+use crate::fabric_target::Target;
+use crate::memfile_pool::FileGrants;
 use crate::page_map::PageMap;
-use crate::protocol::{self, code, read_frame, FrameError, HelloOk, Reply, Request, PAGE_SIZE};
+use swap_backend::auth::{same_secret, SessionKey};
+use swap_backend::protocol::{
+    self, code, read_frame, FrameError, HelloOk, Reply, Request, PAGE_SIZE,
+};
 
 /// How the server runs.
 #[derive(Clone, Debug)]
@@ -48,7 +54,7 @@ pub struct ServerConfig {
     /// Where to serve the counters in the Prometheus text format (`GET /metrics`), if at all.
     pub metrics: Option<String>,
     /// The libfabric provider a one-sided listener uses (`shm`, `tcp;ofi_rxm`); `None`:
-    /// `FI_PROVIDER`'s choice or this host's (see [`crate::fabric::provider_choice`]).
+    /// `FI_PROVIDER`'s choice or this host's (see [`swap_backend::fabric::provider_choice`]).
     pub fabric_provider: Option<String>,
 }
 
@@ -284,7 +290,7 @@ enum Listening {
 pub struct ServerHandle {
     addr: Listening,
     shared: Arc<Shared>,
-    metrics: Option<crate::metrics::MetricsListener>,
+    metrics: Option<swap_backend::metrics::MetricsListener>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// The thread that started the server, with its and the process's CPU time then.
     started_by: StartedBy,
@@ -322,8 +328,9 @@ impl ServerHandle {
     pub fn cpu_time(&self) -> std::time::Duration {
         let (by, thread0, process0) = self.started_by;
         if std::thread::current().id() == by {
-            let process = crate::cpu::process_cpu_time().saturating_sub(process0);
-            return process.saturating_sub(crate::cpu::thread_cpu_time().saturating_sub(thread0));
+            let process = swap_backend::cpu::process_cpu_time().saturating_sub(process0);
+            return process
+                .saturating_sub(swap_backend::cpu::thread_cpu_time().saturating_sub(thread0));
         }
         std::time::Duration::from_nanos(self.shared.cpu_ns.load(Ordering::Relaxed))
             + self
@@ -442,7 +449,7 @@ pub fn spawn_unix(path: &Path, config: ServerConfig) -> std::io::Result<ServerHa
             "a one-sided libfabric listener needs a TCP address (fabric://HOST:PORT)",
         ));
     }
-    crate::memfile::available().map_err(std::io::Error::other)?;
+    swap_backend::memfile::available().map_err(std::io::Error::other)?;
     if let Ok(m) = std::fs::symlink_metadata(path) {
         use std::os::unix::fs::FileTypeExt;
         if !m.file_type().is_socket() {
@@ -489,8 +496,8 @@ type StartedBy = (
 fn started_now() -> StartedBy {
     (
         std::thread::current().id(),
-        crate::cpu::thread_cpu_time(),
-        crate::cpu::process_cpu_time(),
+        swap_backend::cpu::thread_cpu_time(),
+        swap_backend::cpu::process_cpu_time(),
     )
 }
 
@@ -516,7 +523,7 @@ fn serve<L: Accept>(
         Some(listen) => {
             let s = shared.clone();
             Some(
-                crate::metrics::MetricsListener::start(listen, move || figures(&s))
+                swap_backend::metrics::MetricsListener::start(listen, move || figures(&s))
                     .map_err(std::io::Error::other)?,
             )
         }
@@ -532,10 +539,10 @@ fn serve<L: Accept>(
 }
 
 /// The counters now, for the metrics listener.
-fn figures(shared: &Shared) -> crate::metrics::Figures {
-    let mut namespaces: Vec<crate::metrics::NamespaceFigures> = lock(&shared.namespaces)
+fn figures(shared: &Shared) -> swap_backend::metrics::Figures {
+    let mut namespaces: Vec<swap_backend::metrics::NamespaceFigures> = lock(&shared.namespaces)
         .iter()
-        .map(|(name, ns)| crate::metrics::NamespaceFigures {
+        .map(|(name, ns)| swap_backend::metrics::NamespaceFigures {
             name: name.clone(),
             pages: ns.held.load(Ordering::Relaxed),
             connections: ns.connections.load(Ordering::Relaxed),
@@ -546,7 +553,7 @@ fn figures(shared: &Shared) -> crate::metrics::Figures {
         })
         .collect();
     namespaces.sort_by(|a, b| a.name.cmp(&b.name));
-    crate::metrics::Figures {
+    swap_backend::metrics::Figures {
         capacity_pages: shared.capacity_pages,
         used_pages: shared.used_pages.load(Ordering::Relaxed),
         connections: lock(&shared.connections).len() as u64,
@@ -660,7 +667,7 @@ impl Drop for Attachment<'_> {
     fn drop(&mut self) {
         // Counted before the namespace can go: whoever waits for the server to be idle then
         // reads the whole CPU time.
-        let cpu = crate::cpu::thread_cpu_time().as_nanos() as u64;
+        let cpu = swap_backend::cpu::thread_cpu_time().as_nanos() as u64;
         self.shared.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
         let mut all = lock(&self.shared.namespaces);
         if self.ns.connections.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -674,7 +681,7 @@ impl Drop for Attachment<'_> {
                         "memliner-server: namespace '{}' detached by {}: its pages wait {} for the owner to reconnect",
                         self.name,
                         self.peer,
-                        crate::units::format_duration(self.shared.config.grace)
+                        swap_backend::units::format_duration(self.shared.config.grace)
                     );
                 }
             }
@@ -834,7 +841,7 @@ enum ConnectionEnd {
     ClosedByClient(Option<std::io::Error>),
     #[error("closed before hello")]
     ClosedBeforeHello,
-    #[error("no hello within {}", crate::units::format_duration(*.0))]
+    #[error("no hello within {}", swap_backend::units::format_duration(*.0))]
     NoHello(std::time::Duration),
     #[error("first frame was {0:?}, not hello")]
     NotHello(protocol::Op),
@@ -989,7 +996,7 @@ fn serve_requests<'s, S: Conn>(
             // A pager's fault handler asks again soon after an answer: spin briefly rather
             // than sleep (the governor permitting). Prefetch and reclaim lanes just block.
             if lane == protocol::Lane::Demand {
-                crate::tcp::spin_until_readable(reader.get_ref());
+                swap_backend::tcp::spin_until_readable(reader.get_ref());
             }
         }
         let h = match read_frame(reader, &mut payload) {
@@ -1003,7 +1010,7 @@ fn serve_requests<'s, S: Conn>(
         let arrived = std::time::Instant::now();
         if let Some(l) = shared.config.latency {
             // Emulated fabric latency: nothing is answered sooner than `l` after it came.
-            crate::store::wait_until(arrived, l);
+            swap_backend::store::wait_until(arrived, l);
         }
         let request = match Request::decode(h.op, &payload) {
             Ok(r) => r,
@@ -1031,7 +1038,7 @@ fn serve_requests<'s, S: Conn>(
                 reply.write_to(&mut frame, h.request)?;
                 writer.flush().map_err(io_end)?;
                 let socket = writer.get_ref().unix().expect("files only on Unix sockets");
-                let sent = crate::memfile::send_with_fds(socket, &frame, &fds);
+                let sent = swap_backend::memfile::send_with_fds(socket, &frame, &fds);
                 fds.clear();
                 sent.map_err(io_end)?;
             }
@@ -1165,7 +1172,7 @@ fn respond<'s, 'o>(
                 let ok = protocol::AttachOk {
                     port: 0,
                     session: 0,
-                    provider: crate::memfile::PROVIDER.into(),
+                    provider: swap_backend::memfile::PROVIDER.into(),
                     endpoint: Vec::new(),
                 };
                 (OneSided::Files(FileGrants::new(name)), ok)
@@ -1336,7 +1343,7 @@ mod tests {
         }
     }
 
-    use crate::protocol::Op;
+    use swap_backend::protocol::Op;
 
     #[test]
     fn pages_written_read_back_in_the_order_asked_and_a_missing_one_is_named() {
