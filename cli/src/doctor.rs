@@ -324,21 +324,21 @@ fn rdma_checks(rdma: &Rdma) -> Vec<Check> {
         ),
     )];
     if fabric {
-        let mut rdm: Vec<String> = swap_backend::fabric_ffi::load()
+        let mut rdm: Vec<String> = memliner_fabric_sys::load()
             .and_then(|l| {
                 l.providers(
-                    swap_backend::fabric_ffi::FI_RMA,
-                    swap_backend::fabric_ffi::EpType::Rdm,
+                    memliner_fabric_sys::FI_RMA,
+                    memliner_fabric_sys::EpType::Rdm,
                 )
             })
             .map(|p| p.into_iter().map(|p| p.provider).collect())
             .unwrap_or_default();
         rdm.sort();
         rdm.dedup();
-        out.push(match swap_backend::fabric_ffi::load().and_then(|l| {
+        out.push(match memliner_fabric_sys::load().and_then(|l| {
             l.providers(
-                swap_backend::fabric_ffi::FI_RMA | swap_backend::fabric_ffi::FI_MSG,
-                swap_backend::fabric_ffi::EpType::Msg,
+                memliner_fabric_sys::FI_RMA | memliner_fabric_sys::FI_MSG,
+                memliner_fabric_sys::EpType::Msg,
             )
         }) {
             Ok(p) if !p.is_empty() => {

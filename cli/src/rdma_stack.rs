@@ -57,7 +57,7 @@ fn probe(name: &str) -> Library {
     let c = CString::new(name).expect("no NUL in a soname");
     // Loading runs constructors, some of which install signal handlers (see there); those
     // would point into unloaded code after the dlclose below.
-    let handle = swap_backend::fabric_ffi::keeping_signal_handlers(|| {
+    let handle = memliner_fabric_sys::keeping_signal_handlers(|| {
         // SAFETY: dlopen with a valid C string; RTLD_LOCAL keeps its symbols out of ours. The
         // handle is closed below, and nothing from the library outlives this function.
         unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) }

@@ -326,7 +326,7 @@ pub fn free_then_read_fails(store: &dyn PageStore) {
 /// why they are skipped and pass, unless `MEMLINER_REQUIRE_FABRIC` is set (CI installs it, so
 /// there a missing library fails rather than skips).
 pub fn libfabric_or_skip(what: &str) -> bool {
-    match crate::fabric_ffi::load() {
+    match memliner_fabric_sys::load() {
         Ok(_) => true,
         Err(e) if std::env::var_os("MEMLINER_REQUIRE_FABRIC").is_some() => {
             panic!("{what}: MEMLINER_REQUIRE_FABRIC is set, yet {e}")

@@ -11,11 +11,6 @@
 
 // The wire, URLs and units live in their own crate (`memliner-protocol`); their paths stay.
 pub use memliner_protocol::{auth, protocol, units, url};
-// What threads cost and when they spin, and libfabric's bindings: crates of their own.
-pub use memliner_cpu as cpu;
-pub use memliner_cpu::spin;
-pub use memliner_fabric_sys as fabric_ffi;
-pub use memliner_fabric_sys::memory;
 
 pub mod checksum;
 pub mod conformance;

@@ -208,7 +208,7 @@ pub fn wait_until(start: std::time::Instant, latency: std::time::Duration) {
         }
         let left = end - now;
         if left <= std::time::Duration::from_micros(200)
-            && crate::spin::spin_until(|| std::time::Instant::now() >= end)
+            && memliner_cpu::spin::spin_until(|| std::time::Instant::now() >= end)
         {
             return;
         }

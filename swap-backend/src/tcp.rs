@@ -343,14 +343,14 @@ pub(crate) fn bound_waits(stream: &TcpStream, deadline: Option<Duration>) -> std
     )
 }
 
-/// Polls the socket without blocking until data is there, while [`crate::spin`] allows it
-/// (a core is idle, at most [`crate::spin::SPIN`]); the caller then blocks in `read`.
+/// Polls the socket without blocking until data is there, while [`memliner_cpu::spin`] allows it
+/// (a core is idle, at most [`memliner_cpu::spin::SPIN`]); the caller then blocks in `read`.
 #[allow(unsafe_code)]
 pub fn spin_until_readable(stream: &impl std::os::fd::AsFd) {
     use std::os::fd::AsRawFd;
     let fd = stream.as_fd().as_raw_fd();
     let mut b = 0u8;
-    crate::spin::spin_until(|| {
+    memliner_cpu::spin::spin_until(|| {
         // SAFETY: a one-byte peek into a local; MSG_DONTWAIT never blocks.
         let n = unsafe {
             libc::recv(

@@ -4,10 +4,11 @@
 //! out-of-bounds addresses, which the client cannot produce through `PageStore`, are tested
 //! inside the crate, in `fabric::client`.)
 
+use memliner_fabric_sys as fabric_ffi;
 use memliner_server::{self as server, ServerConfig, ServerHandle};
 use swap_backend::conformance::{self, MIN_CAPACITY_PAGES};
 use swap_backend::fabric::FabricStore;
-use swap_backend::{fabric_ffi, ClientOptions, PageStore, ReplicatedStore, PAGE_SIZE};
+use swap_backend::{ClientOptions, PageStore, ReplicatedStore, PAGE_SIZE};
 
 fn config(capacity_pages: u64) -> ServerConfig {
     ServerConfig {

@@ -122,7 +122,7 @@ pub fn measure(mib: usize, reps: usize) -> Result<Vec<StoreFigures>, String> {
             why.unwrap_or_default()
         ),
     }
-    if let Err(e) = swap_backend::fabric_ffi::load() {
+    if let Err(e) = memliner_fabric_sys::load() {
         eprintln!("memliner bench: no fabric figures: {e}");
         return Ok(out);
     }

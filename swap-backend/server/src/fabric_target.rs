@@ -22,11 +22,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use swap_backend::fabric_ffi::{
+use memliner_fabric_sys::memory::AnonMemory;
+use memliner_fabric_sys::{
     Access, AddressVector, CompletionQueue, Domain, Endpoint, EpType, Event, EventQueue, Fabric,
     FabricError, Info, MemoryRegion, PassiveEndpoint, Peers, FI_MR_PROV_KEY, FI_MR_VIRT_ADDR,
 };
-use swap_backend::memory::AnonMemory;
 use swap_backend::protocol::{AttachOk, ConnectData, Grant, PAGE_SIZE};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -154,7 +154,7 @@ impl Target {
         let target = Arc::new(Target {
             provider: info.provider(),
             verbose,
-            poll_only: !swap_backend::fabric_ffi::blocking_read_progresses(&info),
+            poll_only: !memliner_fabric_sys::blocking_read_progresses(&info),
             mr_mode: info.mr_mode(),
             key_bytes: info.mr_key_size().min(8),
             capacity_pages,
@@ -460,7 +460,7 @@ impl Target {
     pub fn cpu_time(&self) -> Duration {
         lock(&self.tids)
             .iter()
-            .filter_map(|&t| swap_backend::cpu::cpu_time_of(t))
+            .filter_map(|&t| memliner_cpu::cpu_time_of(t))
             .sum()
     }
 

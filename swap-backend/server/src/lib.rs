@@ -328,9 +328,8 @@ impl ServerHandle {
     pub fn cpu_time(&self) -> std::time::Duration {
         let (by, thread0, process0) = self.started_by;
         if std::thread::current().id() == by {
-            let process = swap_backend::cpu::process_cpu_time().saturating_sub(process0);
-            return process
-                .saturating_sub(swap_backend::cpu::thread_cpu_time().saturating_sub(thread0));
+            let process = memliner_cpu::process_cpu_time().saturating_sub(process0);
+            return process.saturating_sub(memliner_cpu::thread_cpu_time().saturating_sub(thread0));
         }
         std::time::Duration::from_nanos(self.shared.cpu_ns.load(Ordering::Relaxed))
             + self
@@ -496,8 +495,8 @@ type StartedBy = (
 fn started_now() -> StartedBy {
     (
         std::thread::current().id(),
-        swap_backend::cpu::thread_cpu_time(),
-        swap_backend::cpu::process_cpu_time(),
+        memliner_cpu::thread_cpu_time(),
+        memliner_cpu::process_cpu_time(),
     )
 }
 
@@ -667,7 +666,7 @@ impl Drop for Attachment<'_> {
     fn drop(&mut self) {
         // Counted before the namespace can go: whoever waits for the server to be idle then
         // reads the whole CPU time.
-        let cpu = swap_backend::cpu::thread_cpu_time().as_nanos() as u64;
+        let cpu = memliner_cpu::thread_cpu_time().as_nanos() as u64;
         self.shared.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
         let mut all = lock(&self.shared.namespaces);
         if self.ns.connections.fetch_sub(1, Ordering::SeqCst) == 1 {

@@ -17,9 +17,6 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::fabric_ffi::{
-    AddressVector, Channel, Domain, EpType, Fabric, FabricError, Info, Rma, FI_MR_LOCAL,
-};
 use crate::one_sided::{
     assign, call_error, release_ok, releases, Control, Hangup, SlotTable, Watcher,
 };
@@ -27,6 +24,9 @@ use crate::protocol::{
     code, AttachOk, ConnectData, Lane, Reply, Request, ServerStats, MAX_BATCH, PAGE_SIZE,
 };
 use crate::store::{thread_lane, ClientOptions, PageStore, StoreError};
+use memliner_fabric_sys::{
+    AddressVector, Channel, Domain, EpType, Fabric, FabricError, Info, Rma, FI_MR_LOCAL,
+};
 
 /// Slots asked for at once.
 pub const ALLOC_CHUNK: usize = MAX_BATCH;

@@ -1,5 +1,5 @@
 //! One-sided page storage through libfabric (`fabric://`): the client store and the server's
-//! pool. libfabric itself is reached only through [`crate::fabric_ffi`].
+//! pool. libfabric itself is reached only through [`memliner_fabric_sys`].
 
 mod client;
 
@@ -39,8 +39,8 @@ pub fn provider_choice() -> Option<String> {
 pub fn listen_info(
     host: &str,
     provider: Option<&str>,
-) -> Result<crate::fabric_ffi::Info, crate::fabric_ffi::FabricError> {
-    use crate::fabric_ffi::{EpType, Info};
+) -> Result<memliner_fabric_sys::Info, memliner_fabric_sys::FabricError> {
+    use memliner_fabric_sys::{EpType, Info};
     Info::rma(EpType::Msg, Some(host), Some("0"), true, provider)
         .or_else(|msg| rdm_info(host, true, provider).map_err(|_| msg))
 }
@@ -53,8 +53,8 @@ pub fn rdm_info(
     host: &str,
     source: bool,
     provider: Option<&str>,
-) -> Result<crate::fabric_ffi::Info, crate::fabric_ffi::FabricError> {
-    use crate::fabric_ffi::{EpType, Info};
+) -> Result<memliner_fabric_sys::Info, memliner_fabric_sys::FabricError> {
+    use memliner_fabric_sys::{EpType, Info};
     let any = Info::rma(EpType::Rdm, None, None, false, provider)?;
     if !any.ip_addresses() {
         return Ok(any);
@@ -66,7 +66,7 @@ pub fn rdm_info(
 
 /// The message for a listener no provider can serve.
 pub fn no_provider(
-    e: crate::fabric_ffi::FabricError,
+    e: memliner_fabric_sys::FabricError,
     host: &str,
     provider: Option<&str>,
 ) -> String {
