@@ -15,7 +15,7 @@ use gc_hooks::{HeapView, HookCounters, Hooks, ABI_VERSION, PHASE_MARK_END, PHASE
 
 use crate::pager::Pager;
 use crate::prefetch::HintCounters;
-use crate::stats::doc::GcHooksDoc;
+use memliner_contracts::stats::GcHooksDoc;
 
 /// The pager the hooks feed, and the view of its heap the JVM reads; set once paging starts.
 static PAGER: OnceLock<&'static Pager> = OnceLock::new();

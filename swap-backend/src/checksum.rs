@@ -290,11 +290,11 @@ impl PageStore for Checked {
         self.inner.describe_page(id)
     }
 
-    fn replication(&self) -> Option<crate::replication_stats::ReplicationStats> {
+    fn replication(&self) -> Option<memliner_contracts::store_stats::ReplicationStats> {
         self.inner.replication()
     }
 
-    fn replication_counters(&self) -> Option<crate::replication_stats::ReplicationStats> {
+    fn replication_counters(&self) -> Option<memliner_contracts::store_stats::ReplicationStats> {
         self.inner.replication_counters()
     }
 

@@ -20,8 +20,6 @@ pub mod memfile;
 pub mod metrics;
 pub mod one_sided;
 pub mod replica;
-/// The replicated store's part of the stats document (defined with the document).
-pub use memliner_contracts::store_stats as replication_stats;
 pub mod store;
 pub mod tcp;
 

@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 use crate::checksum::{IntegrityStats, Mismatch, PageSums};
 use crate::protocol::{code, Lane, PAGE_SIZE};
-pub use crate::replication_stats::{ReplicationStats, ServerReplicaStats};
 use crate::store::{PageStore, StoreError};
+pub use memliner_contracts::store_stats::{ReplicationStats, ServerReplicaStats};
 
 /// Pages per stripe: one server's share of neighbouring pages.
 pub const STRIPE_PAGES: u64 = 64;

@@ -100,16 +100,16 @@ pub trait PageStore: Send + Sync {
         self.describe()
     }
     /// Where each server stands, for a store that replicates pages over several.
-    fn replication(&self) -> Option<crate::replication_stats::ReplicationStats> {
+    fn replication(&self) -> Option<memliner_contracts::store_stats::ReplicationStats> {
         None
     }
     /// [`PageStore::replication`]'s counters without the pages held per server (0): cheap
     /// enough for every scrape of `/metrics`, and taking no lock a fault takes.
-    fn replication_counters(&self) -> Option<crate::replication_stats::ReplicationStats> {
+    fn replication_counters(&self) -> Option<memliner_contracts::store_stats::ReplicationStats> {
         None
     }
     /// What the end-to-end page checks found, for a store that checks (`checksum`).
-    fn integrity(&self) -> Option<crate::checksum::IntegrityStats> {
+    fn integrity(&self) -> Option<memliner_contracts::store_stats::IntegrityStats> {
         None
     }
 }
@@ -273,15 +273,15 @@ impl PageStore for LatencyStore {
         self.inner.describe_page(id)
     }
 
-    fn replication(&self) -> Option<crate::replication_stats::ReplicationStats> {
+    fn replication(&self) -> Option<memliner_contracts::store_stats::ReplicationStats> {
         self.inner.replication()
     }
 
-    fn replication_counters(&self) -> Option<crate::replication_stats::ReplicationStats> {
+    fn replication_counters(&self) -> Option<memliner_contracts::store_stats::ReplicationStats> {
         self.inner.replication_counters()
     }
 
-    fn integrity(&self) -> Option<crate::checksum::IntegrityStats> {
+    fn integrity(&self) -> Option<memliner_contracts::store_stats::IntegrityStats> {
         self.inner.integrity()
     }
 }

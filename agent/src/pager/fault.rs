@@ -16,9 +16,9 @@ use std::time::Instant;
 
 use swap_backend::PAGE_SIZE;
 
-use super::budget::Charge;
 use super::context::{Ctx, ZERO_PAGE};
 use super::os;
+use super::page_table::budget::Charge;
 use super::page_table::{Claim, PageState};
 use super::parts::Parts;
 use super::reclaim::Arrival;
@@ -507,7 +507,9 @@ impl<'a> Handler<'a> {
             )
         {
             // The pause reads old regions through cards: read all its cards' pages at once.
-            self.p.pause_reads.old_region_fault(self.p);
+            self.p
+                .pause_reads
+                .old_region_fault(&self.p.for_pause_reads());
         }
         let Some(mut c) = self.p.ctx.table.claim(f.page, PageState::Remote) else {
             return self.retry.push(f.ev);

@@ -49,7 +49,6 @@ use crate::uffd::{self, Uffd};
 
 mod attribution;
 mod bits;
-mod budget;
 mod config;
 mod context;
 mod counters;
@@ -72,8 +71,8 @@ pub use counters::{Latencies, LatencyBuckets, PagerCounters, Role, CYCLE_GAP, LA
 pub use pause_reads::CardReader;
 pub use reclaim::{CardCheck, Decisions, ListSample, ReclaimCounters, DISTANCE_BUCKETS};
 
-use budget::Budget;
 use context::Ctx;
+use page_table::budget::Budget;
 use parts::Parts;
 use phases::Phases;
 use prefetch_io::Prefetcher;
@@ -402,7 +401,9 @@ impl Pager {
     pub fn gc_pause_started(&self, regions: crate::gc_activity::RegionMap, read: bool) -> usize {
         // The map first: the pages read for the pause are admitted by their region.
         self.parts.attribution.pause_started(regions.clone());
-        self.parts.pause_reads.started(&self.parts, &regions, read)
+        self.parts
+            .pause_reads
+            .started(&self.parts.for_pause_reads(), &regions, read)
     }
 
     /// A pause ended with the heap's regions as `after` says (the caller is the JVMTI
@@ -410,7 +411,9 @@ impl Pager {
     /// regions, which refinement threads scan next, are read in bulk. Never blocks. Returns
     /// the pages queued.
     pub fn read_cards_left(&self, after: &crate::gc_activity::RegionMap) -> usize {
-        self.parts.pause_reads.ended(&self.parts, after)
+        self.parts
+            .pause_reads
+            .ended(&self.parts.for_pause_reads(), after)
     }
 
     /// How the agent reads the cards a pause is about to scan (G1's card table).

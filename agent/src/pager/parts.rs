@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::attribution::Attribution;
-use super::budget::Budget;
 use super::context::Ctx;
-use super::pause_reads::PauseReads;
+use super::page_table::budget::Budget;
+use super::pause_reads::{PauseReads, Using};
 use super::phases::Phases;
 use super::prefetch_io::Prefetcher;
 use super::reclaim::Reclaimer;
@@ -22,4 +22,16 @@ pub(super) struct Parts {
     pub reclaim: Arc<Reclaimer>,
     /// `None` when prefetching is off.
     pub prefetch: Option<Arc<Prefetcher>>,
+}
+
+impl Parts {
+    /// What a pause's reads use of these parts.
+    pub fn for_pause_reads(&self) -> Using<'_> {
+        Using {
+            ctx: &self.ctx,
+            attribution: &self.attribution,
+            reclaim: &self.reclaim,
+            prefetch: self.prefetch.as_deref(),
+        }
+    }
 }

@@ -9,10 +9,21 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
+use super::attribution::Attribution;
+use super::context::Ctx;
 use super::page_table::PageState;
-use super::parts::Parts;
 use super::prefetch_io::Prefetcher;
+use super::reclaim::Reclaimer;
 use crate::gc_activity::{RegionKind, RegionMap, RegionSpan};
+
+/// The parts of the pager a pause's reads use (`Parts::for_pause_reads` lends them).
+pub(super) struct Using<'a> {
+    pub ctx: &'a Ctx,
+    pub attribution: &'a Attribution,
+    pub reclaim: &'a Reclaimer,
+    /// `None` when prefetching is off.
+    pub prefetch: Option<&'a Prefetcher>,
+}
 
 /// Appends the addresses of the pages of `spans` whose cards the pause will scan; `false`
 /// when the collector's card table cannot be read.
@@ -40,7 +51,7 @@ impl PauseReads {
 
     /// A pause starts (`read`: its pages are to be read in bulk): queues its young regions'
     /// remote pages; returns how many.
-    pub fn started(&self, p: &Parts, regions: &RegionMap, read: bool) -> usize {
+    pub fn started(&self, p: &Using<'_>, regions: &RegionMap, read: bool) -> usize {
         self.cards_done.store(!read, Ordering::SeqCst);
         if !read {
             return 0;
@@ -58,7 +69,7 @@ impl PauseReads {
 
     /// A GC thread of the pause faults on an old or humongous region's page: the first such
     /// fault queues every page the card table says the pause will scan. Cheap after the first.
-    pub fn old_region_fault(&self, p: &Parts) {
+    pub fn old_region_fault(&self, p: &Using<'_>) {
         if self.cards_done.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -82,7 +93,7 @@ impl PauseReads {
     /// remembered sets. Many of their pages went out during the pause (the pause pushed them
     /// out with its own reads, while those cards read as scanned, not dirty); queues the
     /// remote ones for the refinement threads. Returns how many.
-    pub fn ended(&self, p: &Parts, after: &RegionMap) -> usize {
+    pub fn ended(&self, p: &Using<'_>, after: &RegionMap) -> usize {
         match self.dirty_card_pages(p, after.spans().iter()) {
             Some(pages) => queue(p, pages.into_iter(), Prefetcher::read_for_cards),
             None => 0,
@@ -93,7 +104,7 @@ impl PauseReads {
     /// order; `None` when the card table is not read.
     fn dirty_card_pages<'s>(
         &self,
-        p: &Parts,
+        p: &Using<'_>,
         spans: impl Iterator<Item = &'s RegionSpan>,
     ) -> Option<Vec<usize>> {
         let reader = self.cards.get()?;
@@ -108,7 +119,7 @@ impl PauseReads {
 }
 
 /// The heap pages of `s` (clipped to the paged heap).
-fn pages_of(p: &Parts, s: &RegionSpan) -> std::ops::Range<usize> {
+fn pages_of(p: &Using<'_>, s: &RegionSpan) -> std::ops::Range<usize> {
     let ctx = &p.ctx;
     match (ctx.page_of(s.start), ctx.page_of(s.end - 1)) {
         (Some(a), Some(b)) => a..b + 1,
@@ -119,11 +130,11 @@ fn pages_of(p: &Parts, s: &RegionSpan) -> std::ops::Range<usize> {
 /// Queues the remote ones of `pages` with `read` (for the pause, or for the cards it left);
 /// returns how many.
 fn queue(
-    p: &Parts,
+    p: &Using<'_>,
     pages: impl Iterator<Item = usize>,
     read: fn(&Prefetcher, &mut Vec<u32>),
 ) -> usize {
-    let Some(pf) = &p.prefetch else {
+    let Some(pf) = p.prefetch else {
         return 0;
     };
     let mut remote: Vec<u32> = pages

@@ -21,8 +21,8 @@ use crossbeam_deque::{Injector, Steal, Worker};
 use swap_backend::PAGE_SIZE;
 
 use super::attribution::Attribution;
-use super::budget::{Budget, Charge};
 use super::context::Ctx;
+use super::page_table::budget::{Budget, Charge};
 use super::page_table::PageState;
 use super::reclaim::{Arrival, Reclaimer};
 use crate::model::ThreadClass;

@@ -6,7 +6,10 @@
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use super::bits::AtomicBits;
-use super::budget::Charging;
+
+/// The budget: the one place that charges pages (a child, so that it alone reaches the
+/// table's charging calls, which are private).
+pub mod budget;
 
 /// What the pager knows of one heap page.
 #[repr(u8)]
@@ -161,8 +164,9 @@ impl PageTable {
     }
 
     /// Adopts an untouched page the kernel already backs (touched before registration):
-    /// charged, dirty (the store has no copy). Only the budget can call it ([`Charging`]).
-    pub fn adopt(&self, p: usize, _: Charging) -> bool {
+    /// charged, dirty (the store has no copy). Private: only the budget (a child module)
+    /// charges.
+    fn adopt(&self, p: usize) -> bool {
         match self.claim(p, PageState::Untouched) {
             Some(mut c) => {
                 c.charge();
@@ -207,9 +211,8 @@ impl Claim<'_> {
     /// Charges the page against the budget now, before its bytes arrive (so that the
     /// budget holds while pages are in flight), if fewer than `limit` pages are charged.
     /// Check and charge are one atomic step: concurrent chargers never overrun `limit`.
-    /// Only `budget` can call this (it alone makes a [`Charging`]): it knows each purpose's
-    /// limit.
-    pub fn try_charge(&mut self, limit: usize, _: Charging) -> bool {
+    /// Private: only the budget (a child module) calls it, as it knows each purpose's limit.
+    fn try_charge(&mut self, limit: usize) -> bool {
         if !self.charged {
             self.charged = self
                 .table
@@ -309,8 +312,8 @@ mod tests {
     #[test]
     fn claim_if_skips_busy_and_unwanted_pages() {
         let t = PageTable::new(2);
-        assert!(t.adopt(0, Charging::for_tests()));
-        assert!(!t.adopt(0, Charging::for_tests()));
+        assert!(t.adopt(0));
+        assert!(!t.adopt(0));
         assert!(t.claim_if(0, PageState::is_inactive).is_none());
         let c = t.claim_if(0, PageState::is_mapped).unwrap();
         assert!(t.claim_if(0, |_| true).is_none());

@@ -16,25 +16,12 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::context::Ctx;
-use super::page_table::Claim;
-
-/// Leave to charge a page: the page table's charging calls take one, and only this module
-/// can make one (its field is private), so every charge goes through [`Budget`]'s rules.
-#[derive(Debug)]
-pub struct Charging(());
-
-#[cfg(test)]
-impl Charging {
-    /// For the page table's own tests.
-    pub fn for_tests() -> Charging {
-        Charging(())
-    }
-}
+use super::super::context::Ctx;
+use super::Claim;
 
 /// Why a page is charged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Charge {
+pub(in crate::pager) enum Charge {
     /// A fault waits for it (or the GC will certainly read it: a hint).
     Demand,
     /// A stream's guess: it never takes the reserve demand faults are served from.
@@ -43,7 +30,7 @@ pub(super) enum Charge {
     FillAhead,
 }
 
-pub(super) struct Budget {
+pub(in crate::pager) struct Budget {
     ctx: Arc<Ctx>,
     pages: usize,
     /// Free pages below which the reclaimer is woken, and up to which it reclaims.
@@ -112,7 +99,7 @@ impl Budget {
             Charge::Demand | Charge::FillAhead => self.pages,
             Charge::Prefetch => self.pages.saturating_sub(self.low),
         };
-        let ok = c.try_charge(limit, Charging(()));
+        let ok = c.try_charge(limit);
         if self.ctx.table.charged() + self.low > self.pages {
             self.wake_reclaimer();
         }
@@ -122,7 +109,7 @@ impl Budget {
     /// Charges a page the kernel already backs (touched before registration), whatever the
     /// budget: the reclaimer trims it.
     pub fn adopt(&self, p: usize) -> bool {
-        let adopted = self.ctx.table.adopt(p, Charging(()));
+        let adopted = self.ctx.table.adopt(p);
         if adopted && self.ctx.table.charged() + self.low > self.pages {
             self.wake_reclaimer();
         }
