@@ -18,6 +18,7 @@
 //!
 //! Needs `cargo build --release --workspace` first; `scripts/test.sh` does both.
 
+use memliner_contracts::metrics::jvm;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -646,7 +647,7 @@ fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
             .and_then(|g| g.addr().map(str::to_string));
         page = addr
             .and_then(|a| memliner_cli::scrape::get(&a, Duration::from_secs(5)).ok())
-            .filter(|p| p.find("memliner_jvm_server_up", &[]).count() == 2);
+            .filter(|p| p.find(jvm::SERVER_UP, &[]).count() == 2);
         std::thread::yield_now();
     }
     let out = jvm.join().unwrap();
@@ -654,14 +655,14 @@ fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
     let up_url = up.url();
     let dead_url = format!("tcp://{dead}");
     assert_eq!(
-        page.value("memliner_jvm_server_up", &[("server", &up_url)]),
+        page.value(jvm::SERVER_UP, &[("server", &up_url)]),
         Some(1.0)
     );
     assert_eq!(
-        page.value("memliner_jvm_server_up", &[("server", &dead_url)]),
+        page.value(jvm::SERVER_UP, &[("server", &dead_url)]),
         Some(0.0)
     );
-    assert_eq!(page.value("memliner_jvm_replicas", &[]), Some(2.0));
+    assert_eq!(page.value(jvm::REPLICAS, &[]), Some(2.0));
     // The families of a replicated store and of checksums (on by default), as the contracts
     // name them; cli/tests/observing.rs scrapes the others.
     let named = memliner_contracts::metrics::jvm::REPLICATED;
@@ -671,7 +672,7 @@ fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
     {
         assert!(page.find(family, &[]).next().is_some(), "no {family}");
     }
-    assert_eq!(page.value("memliner_jvm_pages_lost_total", &[]), Some(0.0));
+    assert_eq!(page.value(jvm::PAGES_LOST_TOTAL, &[]), Some(0.0));
     assert!(
         out.stderr.contains(&format!(
             "cannot use memory server tcp://{dead}: memory server tcp://{dead}: Connection refused"

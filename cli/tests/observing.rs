@@ -8,6 +8,7 @@
 mod common;
 
 use common::*;
+use memliner_contracts::metrics::jvm;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -366,8 +367,8 @@ fn a_paging_jvm_serves_metrics_whose_counters_only_grow() {
     );
     let paging: Vec<&scrape::Page> = pages
         .iter()
-        .filter(|p| p.value("memliner_jvm_paging", &[]) == Some(1.0))
-        .filter(|p| p.sum("memliner_jvm_faults_total", &[("kind", "remote")]) > 0.0)
+        .filter(|p| p.value(jvm::PAGING, &[]) == Some(1.0))
+        .filter(|p| p.sum(jvm::FAULTS_TOTAL, &[("kind", "remote")]) > 0.0)
         .collect();
     assert!(paging.len() >= 3, "{} scrapes while it paged", paging.len());
     let last = paging.last().unwrap();
@@ -386,19 +387,13 @@ fn a_paging_jvm_serves_metrics_whose_counters_only_grow() {
         assert_eq!(s.label("pid"), Some(pid_s.as_str()), "{s:?}");
         assert_eq!(s.label("job"), Some("tests"), "{s:?}");
     }
-    let budget = last.value("memliner_jvm_budget_bytes", &[]).unwrap();
-    assert!(
-        last.value("memliner_jvm_resident_bytes", &[]).unwrap()
-            <= budget + (SLACK_PAGES * 4096) as f64
-    );
+    let budget = last.value(jvm::BUDGET_BYTES, &[]).unwrap();
+    assert!(last.value(jvm::RESIDENT_BYTES, &[]).unwrap() <= budget + (SLACK_PAGES * 4096) as f64);
     let app = last.sum(
-        "memliner_jvm_faults_total",
+        jvm::FAULTS_TOTAL,
         &[("class", "application"), ("kind", "remote")],
     );
-    let remote = last.buckets(
-        "memliner_jvm_fault_latency_seconds",
-        &[("source", "remote")],
-    );
+    let remote = last.buckets(jvm::FAULT_LATENCY_SECONDS, &[("source", "remote")]);
     assert!(app > 0.0 && remote.last().unwrap().1 > 0.0, "{remote:?}");
     // Every JVM metric the dashboard in the repository draws is on the page (those of a
     // replicated store are checked in cli/tests/failover.rs, with a server down).
@@ -416,10 +411,7 @@ fn a_paging_jvm_serves_metrics_whose_counters_only_grow() {
     queried.sort_unstable();
     queried.dedup();
     assert!(queried.len() >= 10, "{queried:?}");
-    for m in queried
-        .iter()
-        .filter(|m| !m.starts_with("memliner_jvm_server_"))
-    {
+    for m in queried.iter().filter(|m| !jvm::REPLICATED.contains(m)) {
         assert!(
             last.find(m, &[]).next().is_some(),
             "the dashboard draws {m}, which the JVM does not serve"
@@ -427,7 +419,7 @@ fn a_paging_jvm_serves_metrics_whose_counters_only_grow() {
     }
     // The JVM's figures at exit and the last scrape tell the same story.
     let s = out.stats.as_ref().unwrap();
-    assert!(s.faults.remote as f64 >= last.sum("memliner_jvm_faults_total", &[("kind", "remote")]));
+    assert!(s.faults.remote as f64 >= last.sum(jvm::FAULTS_TOTAL, &[("kind", "remote")]));
     assert!(!file.exists(), "the target file goes with the JVM");
 }
 
