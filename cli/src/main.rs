@@ -131,7 +131,7 @@ struct ServerArgs {
     token: Option<String>,
     /// How long a client's pages wait for it to reconnect after its last connection closed
     /// (30s, 5m; 0: freed at once).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = units::parse_duration)]
     grace: Duration,
     /// Most one client may hold (512m, 4g); default: only --capacity bounds it.
     #[arg(long, value_name = "SIZE", value_parser = parse_pages)]
@@ -155,7 +155,7 @@ struct ServerArgs {
     verbose: bool,
     /// Emulated latency: each reply leaves no sooner than this after its request arrived
     /// (3us, 1ms), for planning.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
     emulate_latency: Option<Duration>,
 }
 
@@ -404,11 +404,6 @@ fn bench(args: &[std::ffi::OsString]) -> ExitCode {
 
 fn parse_source(arg: &str) -> Result<memliner_cli::live::Source, String> {
     Ok(memliner_cli::live::Source::parse(arg))
-}
-
-/// A duration as options spell it (`30s`, `500ms`, `3us`).
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    units::parse_duration(s)
 }
 
 /// A duration above zero (an interval, a deadline).

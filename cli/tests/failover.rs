@@ -665,11 +665,7 @@ fn a_server_down_at_start_is_reported_and_the_jvm_runs_on_the_other() {
     assert_eq!(page.value(jvm::REPLICAS, &[]), Some(2.0));
     // The families of a replicated store and of checksums (on by default), as the contracts
     // name them; cli/tests/observing.rs scrapes the others.
-    let named = memliner_contracts::metrics::jvm::REPLICATED;
-    for family in named
-        .iter()
-        .chain(memliner_contracts::metrics::jvm::INTEGRITY)
-    {
+    for family in jvm::REPLICATED.iter().chain(jvm::INTEGRITY) {
         assert!(page.find(family, &[]).next().is_some(), "no {family}");
     }
     assert_eq!(page.value(jvm::PAGES_LOST_TOTAL, &[]), Some(0.0));

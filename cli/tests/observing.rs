@@ -375,7 +375,7 @@ fn a_paging_jvm_serves_metrics_whose_counters_only_grow() {
     // Every family the contracts name is on the page (what `top`, `stats --every` and the bench
     // read among them), but for those of checksums and of a replicated store: cli/tests/
     // failover.rs scrapes those.
-    for family in memliner_contracts::metrics::jvm::always_when_paged() {
+    for family in jvm::always_when_paged() {
         assert!(
             last.find(family, &[]).next().is_some()
                 || last.find(&format!("{family}_bucket"), &[]).next().is_some(),

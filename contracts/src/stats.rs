@@ -743,14 +743,14 @@ fn walk(v: &serde_json::Value, path: &str, rows: &mut Vec<(String, &'static str,
     };
     match v {
         Value::Object(m) => {
-            let keys: Vec<&str> = m.keys().map(String::as_str).collect();
-            let all = |names: &mut dyn Iterator<Item = &'static str>| {
-                let names: Vec<&str> = names.collect();
-                keys.len() == names.len() && keys.iter().all(|k| names.contains(k))
-            };
-            let placeholder = if all(&mut ThreadClass::ALL.iter().map(|c| c.name())) {
+            // An object keyed by every thread class (or every activity) and nothing else.
+            let keyed_by =
+                |names: &[&str]| names.len() == m.len() && names.iter().all(|n| m.contains_key(*n));
+            let classes: Vec<&str> = ThreadClass::ALL.iter().map(|c| c.name()).collect();
+            let activities: Vec<&str> = GcActivity::ALL.iter().map(|a| a.name()).collect();
+            let placeholder = if keyed_by(&classes) {
                 Some("<class>")
-            } else if all(&mut GcActivity::ALL.iter().map(|a| a.name())) {
+            } else if keyed_by(&activities) {
                 Some("<activity>")
             } else {
                 None

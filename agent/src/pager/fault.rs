@@ -628,8 +628,7 @@ impl<'a> Handler<'a> {
             in_writeback: from == PageState::Writeback,
             class,
         };
-        let reclaim = &self.p.reclaim;
-        let bytes = reclaim.slot_bytes(slot, &c);
+        let bytes = self.p.reclaim.slot_bytes(slot, &c);
         if let Installed::Again(c) = self.install(c, bytes, protect, state, joins) {
             self.p.reclaim.restore_slot(p, slot);
             drop(c);
