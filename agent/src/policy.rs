@@ -29,6 +29,12 @@ pub enum Admission {
     /// again for every reference to a copied object (its forwarding pointer); evicted during
     /// the pause, it comes back before the pause frees it.
     HeldForPause,
+    /// Cold, unless it comes back within the working set's distance of its eviction: then
+    /// on probation like any page. A page of a concurrently evacuating collector's
+    /// collection set: evacuation reads each live object once and writes its forwarding
+    /// pointer, which every later reference to the object reads (reference updates, the
+    /// application's barriers) until the cycle has updated them all.
+    ColdUnlessReread,
 }
 
 /// How a page came in.
@@ -209,6 +215,9 @@ impl PagingPolicy for MemLiner {
         // once (read ahead of the scan: held until the pause ends); others cold when it ends.
         match (class, source, region) {
             (_, Source::ZeroFill, _) => Admission::Hot,
+            (ThreadClass::GcConcurrent, Source::Demand, Some(RegionKind::CollectionSet)) => {
+                Admission::ColdUnlessReread
+            }
             (ThreadClass::GcConcurrent, _, _) => Admission::Cold,
             (ThreadClass::Gc, _, Some(RegionKind::Young)) => Admission::HeldForPause,
             (ThreadClass::Gc, Source::Demand, Some(RegionKind::Old | RegionKind::Humongous)) => {
@@ -296,6 +305,17 @@ mod tests {
             p.admission(ThreadClass::GcConcurrent, Source::Prefetch, Some(Old)),
             Admission::Cold
         );
+        // A concurrently evacuating collector's collection set: its threads' reads stay
+        // unless read back soon (forwarding pointers); its prefetches and other pages cold.
+        let conc = |s, r| p.admission(ThreadClass::GcConcurrent, s, r);
+        use RegionKind::CollectionSet;
+        assert_eq!(
+            conc(Source::Demand, Some(CollectionSet)),
+            Admission::ColdUnlessReread
+        );
+        assert_eq!(conc(Source::Prefetch, Some(CollectionSet)), Admission::Cold);
+        assert_eq!(conc(Source::Demand, None), Admission::Cold);
+        assert_eq!(conc(Source::ZeroFill, Some(CollectionSet)), Admission::Hot);
         assert_eq!(gc(Source::ZeroFill, Some(Young)), Admission::Hot);
         assert_eq!(
             p.admission(ThreadClass::Application, Source::Demand, Some(Old)),

@@ -139,8 +139,12 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
         ));
     }
     if pager.cold.evicted > 0 {
+        let kept = match pager.reclaim.cold_rereads_kept {
+            0 => String::new(),
+            n => format!(", {n} collection-set pages read back soon kept on probation"),
+        };
         out.push(format!(
-            "cold queue: {} GC-read pages evicted before application pages ({} after a pause ended), {} promoted by application writes",
+            "cold queue: {} GC-read pages evicted before application pages ({} after a pause ended), {} promoted by application writes{kept}",
             pager.cold.evicted, pager.cold.demoted_after_pause, pager.cold.promoted,
         ));
     }
@@ -245,6 +249,15 @@ mod tests {
         );
         assert!(
             text.contains("(probe, 7 samples): p50 30.0 us, p99 90.0 us"),
+            "{text}"
+        );
+        // Cold evictions, and collection-set pages read back soon kept (the sample keeps 4).
+        let mut cold = StatsDoc::sample();
+        cold.pager.as_mut().unwrap().cold.evicted = 50;
+        let text = lines(&cold).join("\n");
+        assert!(
+            text.contains("cold queue: 50 GC-read pages evicted before application pages")
+                && text.contains(", 4 collection-set pages read back soon kept on probation"),
             "{text}"
         );
         let off = StatsDoc {

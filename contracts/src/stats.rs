@@ -277,6 +277,11 @@ pub struct ReclaimDoc {
     pub card_holds: u64,
     #[serde(default)]
     pub evicted_pending_card: u64,
+    /// Pages of a concurrently evacuating collector's collection set that its threads read
+    /// back within the working set's distance of their eviction: kept on probation instead of
+    /// cold (`policy=memliner`).
+    #[serde(default)]
+    pub cold_rereads_kept: u64,
     pub direct_reclaims: u64,
     /// Pages a fault's (or prefetch worker's) own reclaim made room with by dropping an
     /// inactive page that needed no write-back, instead of writing back or deactivating.
@@ -620,6 +625,7 @@ impl StatsDoc {
                     prefetched_evicted_unused: 3,
                     card_holds: 40,
                     evicted_pending_card: 7,
+                    cold_rereads_kept: 4,
                     direct_reclaims: 2,
                     direct_dropped: 1,
                     background_passes: 10,

@@ -67,6 +67,12 @@ impl Attribution {
         self.pause_regions.read().unwrap().kind_at(addr)
     }
 
+    /// The kind of the region holding `addr` as the last pause left it, where that tells
+    /// concurrent work apart (a concurrently evacuating collector's collection set).
+    pub fn concurrent_region(&self, addr: usize) -> Option<RegionKind> {
+        self.after_pause.read().unwrap().kind_at(addr)
+    }
+
     fn addr(&self, page: usize) -> usize {
         self.base + page * swap_backend::PAGE_SIZE
     }

@@ -355,9 +355,15 @@ impl<'a> Handler<'a> {
                         // Only a pause's reads are admitted by their region (its copy
                         // destinations, zero-filled, are the application's whatever the
                         // region): no lookup on the zero-fill path.
-                        let region = (class == ThreadClass::Gc && source != Source::ZeroFill)
-                            .then(|| self.p.attribution.region_at(self.p.ctx.page_addr(p)))
-                            .flatten();
+                        let addr = self.p.ctx.page_addr(p);
+                        let region = match (class, source) {
+                            (_, Source::ZeroFill) => None,
+                            (ThreadClass::Gc, _) => self.p.attribution.region_at(addr),
+                            (ThreadClass::GcConcurrent, _) => {
+                                self.p.attribution.concurrent_region(addr)
+                            }
+                            _ => None,
+                        };
                         let admission = policy.admission(class, source, region);
                         self.p.reclaim.admit(p, arrival, admission);
                     }

@@ -313,6 +313,7 @@ fn reclaim_doc(p: &Pager) -> ReclaimDoc {
             .collect(),
         prefetched_evicted_unused: ld(&r.prefetched_evicted_unused),
         card_holds: d.holds,
+        cold_rereads_kept: d.cold_rereads_kept,
         evicted_pending_card: ld(&r.evicted_pending_card),
         direct_reclaims: ld(&r.direct_reclaims),
         direct_dropped: ld(&r.direct_dropped),

@@ -273,6 +273,18 @@ pub fn cell_on(
             "{what}: {told} of {concurrent} concurrent faults told apart: {:?}",
             s.gc_faults
         );
+        // Its collection set's pages that evacuation read back soon were kept, not cold
+        // (memliner only: baseline has no cold queue).
+        let evacuation = s.gc_faults[&GcActivity::ConcurrentEvacuation].remote;
+        let kept = pager.reclaim.cold_rereads_kept;
+        if cfg.options.policy == Policy::Baseline {
+            assert_eq!(kept, 0, "{what}: baseline keeps nothing cold");
+        } else if evacuation > 1000 {
+            assert!(
+                kept > 0,
+                "{what}: {evacuation} evacuation faults, no collection-set page read back kept"
+            );
+        }
     }
     if gc == "G1" && local < 100 && faults.by_class.gc.remote > 100 {
         let evacuated = s.gc_faults[&GcActivity::YoungEvacuation].remote

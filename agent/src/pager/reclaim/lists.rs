@@ -81,6 +81,8 @@ pub enum Admit {
     Normal,
     /// A page the policy admits cold (unmapped first, evicted next unless touched).
     Cold,
+    /// Cold, unless it refaults within the working set: then on probation.
+    ColdUnlessReread,
     /// A speculative page (prefetched, filled ahead): probation, never active on arrival.
     Speculative,
     /// A page a pause under way needs again (its young regions'): active until the pause ends
@@ -169,6 +171,9 @@ pub struct Decisions {
     pub heat_rotations: u64,
     /// Inactive pages kept for another trip instead of evicted (`Try::Hold`).
     pub holds: u64,
+    /// Pages admitted cold unless reread (`Admit::ColdUnlessReread`) that refaulted within the
+    /// working set: on probation instead.
+    pub cold_rereads_kept: u64,
     /// Refault distances, in powers of two of the budget: bucket `i` counts distances in
     /// `[budget * 2^(i-4), budget * 2^(i-3))` (bucket 0: below budget/16, the last: 8x and
     /// more).
@@ -403,7 +408,11 @@ impl Lists {
             self.set_heat(p, heat_after(self.heat(p), distance, self.budget));
         }
         match (how, judged) {
-            (Admit::Cold, _) => self.push_back(List::Cold, p),
+            (Admit::ColdUnlessReread, Refault::Workingset { .. }) => {
+                self.decisions.cold_rereads_kept += 1;
+                self.push_back(List::Probation, p)
+            }
+            (Admit::Cold | Admit::ColdUnlessReread, _) => self.push_back(List::Cold, p),
             (Admit::Held, _) => self.push_back(List::Active, p),
             (Admit::Normal, Refault::Workingset { .. }) => {
                 self.clock += 1;
@@ -856,6 +865,50 @@ mod tests {
         assert_eq!(l.list_of(20), List::Probation);
         l.remove(20);
         assert_eq!(l.admit(20, Admit::Normal, true), Refault::First);
+    }
+
+    #[test]
+    fn a_page_cold_unless_reread_stays_when_read_back_soon_and_only_then() {
+        let mut l = Lists::new(64, 8);
+        for p in 0..10 {
+            l.admit(p, Admit::Normal, false);
+            l.reactivated(p, true); // ten active pages: the working set's distance
+        }
+        // First read: cold like any GC read.
+        assert_eq!(l.admit(20, Admit::ColdUnlessReread, false), Refault::First);
+        assert_eq!(l.list_of(20), List::Cold);
+        l.evicted(20);
+        // Read back two evictions later: on probation, counted.
+        l.admit(30, Admit::Normal, false);
+        l.evicted(30);
+        assert!(matches!(
+            l.admit(20, Admit::ColdUnlessReread, true),
+            Refault::Workingset { .. }
+        ));
+        assert_eq!(l.list_of(20), List::Probation);
+        assert_eq!(l.decisions.cold_rereads_kept, 1);
+        // A plain cold page read back as soon stays cold.
+        l.admit(21, Admit::Cold, false);
+        l.evicted(21);
+        assert!(matches!(
+            l.admit(21, Admit::Cold, true),
+            Refault::Workingset { .. }
+        ));
+        assert_eq!(l.list_of(21), List::Cold);
+        // Read back from farther than the working set: cold again, not counted.
+        l.remove(20);
+        l.admit(20, Admit::ColdUnlessReread, false);
+        l.evicted(20);
+        for p in 40..60 {
+            l.admit(p, Admit::Normal, false);
+            l.evicted(p);
+        }
+        assert!(matches!(
+            l.admit(20, Admit::ColdUnlessReread, true),
+            Refault::Distant { .. }
+        ));
+        assert_eq!(l.list_of(20), List::Cold);
+        assert_eq!(l.decisions.cold_rereads_kept, 1);
     }
 
     #[test]

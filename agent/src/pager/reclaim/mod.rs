@@ -322,6 +322,7 @@ impl Reclaimer {
     pub fn admit(&self, p: usize, arrival: Arrival, admission: Admission) -> Refault {
         let how = match (admission, arrival) {
             (Admission::Cold, _) => Admit::Cold,
+            (Admission::ColdUnlessReread, _) => Admit::ColdUnlessReread,
             (Admission::HeldForPause, _) => Admit::Held,
             (_, Arrival::Refault | Arrival::Fault) => Admit::Normal,
             (_, Arrival::Prefetched | Arrival::Speculative) => Admit::Speculative,
