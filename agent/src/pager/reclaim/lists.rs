@@ -829,6 +829,14 @@ mod tests {
         assert_eq!(l.len(List::Probation), 0);
     }
 
+    /// Pages that come in and go out again, each one eviction further on the clock.
+    fn pass_through(l: &mut Lists, pages: std::ops::Range<usize>) {
+        for p in pages {
+            l.admit(p, Admit::Normal, false);
+            l.evicted(p);
+        }
+    }
+
     #[test]
     fn a_refault_within_the_active_list_is_activated_and_a_distant_one_waits() {
         let mut l = Lists::new(64, 8);
@@ -838,19 +846,13 @@ mod tests {
         }
         l.admit(20, Admit::Normal, false);
         l.evicted(20);
-        for p in 30..35 {
-            l.admit(p, Admit::Normal, false);
-            l.evicted(p); // five more evictions: distance 5 <= 10 active
-        }
+        pass_through(&mut l, 30..35); // five more evictions: distance 5 <= 10 active
         assert_eq!(
             l.admit(20, Admit::Normal, true),
             Refault::Workingset { distance: 6 }
         );
         assert_eq!(l.list_of(20), List::Active);
-        for p in 40..60 {
-            l.admit(p, Admit::Normal, false);
-            l.evicted(p);
-        }
+        pass_through(&mut l, 40..60);
         assert!(matches!(
             l.admit(30, Admit::Normal, true),
             Refault::Distant { .. }
@@ -879,8 +881,7 @@ mod tests {
         assert_eq!(l.list_of(20), List::Cold);
         l.evicted(20);
         // Read back two evictions later: on probation, counted.
-        l.admit(30, Admit::Normal, false);
-        l.evicted(30);
+        pass_through(&mut l, 30..31);
         assert!(matches!(
             l.admit(20, Admit::ColdUnlessReread, true),
             Refault::Workingset { .. }
@@ -899,10 +900,7 @@ mod tests {
         l.remove(20);
         l.admit(20, Admit::ColdUnlessReread, false);
         l.evicted(20);
-        for p in 40..60 {
-            l.admit(p, Admit::Normal, false);
-            l.evicted(p);
-        }
+        pass_through(&mut l, 40..60);
         assert!(matches!(
             l.admit(20, Admit::ColdUnlessReread, true),
             Refault::Distant { .. }
