@@ -5,7 +5,9 @@ use std::fmt::Write;
 
 use memliner_contracts::model::GcActivity;
 use memliner_contracts::model::ThreadClass;
-use memliner_contracts::stats::{ActivityDoc, GcHooksDoc, PagerDoc, Percentiles, PrefetchClassDoc};
+use memliner_contracts::stats::{
+    ActivityDoc, GcHooksDoc, PagerDoc, Percentiles, PrefetchClassDoc, StatsDoc,
+};
 
 use super::cells::{cell, med, paged_cells, paged_workloads, pairs, workloads_of};
 use super::kernel::KernelFigures;
@@ -589,15 +591,27 @@ fn gc_activity_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
     if seen.is_empty() {
         return;
     }
+    // Shenandoah's collection-set pages read back soon and kept (`cold_rereads_kept`): a
+    // column only when some run kept any.
+    let kept_of = |d: &StatsDoc| Some(d.pager.as_ref()?.reclaim.cold_rereads_kept as f64);
+    let kept = rs
+        .iter()
+        .filter_map(|r| r.stats.as_ref())
+        .any(|d| kept_of(d).is_some_and(|k| k > 0.0));
     let _ = writeln!(md, "\n## GC threads' remote faults by activity (medians)\n");
     let _ = writeln!(
         md,
         "What the collector was doing when its threads read a remote page: remote faults, and in brackets the seconds its threads waited on them (all threads together). Pauses' faults are told by the page's region when the pause started and by what the pause freed; concurrent threads' by their names. `pause s`: the pauses' wall time.\n"
     );
     let head: Vec<&str> = seen.iter().map(|a| a.name()).collect();
+    let (kept_head, kept_rule) = if kept {
+        (" collection-set pages read back, kept |", "---|")
+    } else {
+        ("", "")
+    };
     let _ = writeln!(
         md,
-        "| workload | collector | local | policy | {} | GC wait s | pause s |\n|---|---|---|---|{}---|---|",
+        "| workload | collector | local | policy | {} | GC wait s | pause s |{kept_head}\n|---|---|---|---|{}---|---|{kept_rule}",
         head.join(" | "),
         "---|".repeat(seen.len())
     );
@@ -624,9 +638,14 @@ fn gc_activity_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
                 r.stat(|d| Some(d.gc_faults.values().map(|x| x.wait_ms).sum::<f64>() / 1e3))
             });
             let pause = med(&cl, |r| r.stat(|d| Some(d.gc.pause_total_ms / 1e3)));
+            let kept_col = if kept {
+                format!(" {} |", fmt(med(&cl, |r| r.stat(kept_of)), 0))
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 md,
-                "| {w} | {c} | {l}% | {} | {} | {} | {} |",
+                "| {w} | {c} | {l}% | {} | {} | {} | {} |{kept_col}",
                 mode.name(),
                 cols.join(" | "),
                 fmt(wait, 2),
@@ -1185,7 +1204,6 @@ fn gc_hooks_section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memliner_contracts::stats::StatsDoc;
 
     fn record(mode: Mode, local: u32, wall_ms: f64, stats: Option<StatsDoc>) -> Record {
         Record {
@@ -1288,12 +1306,28 @@ mod tests {
         );
         // The sample's activities: only those some run saw get a column.
         assert!(
-            md.contains("| young_evacuation | card_scan | GC wait s | pause s |"),
+            md.contains(
+                "| young_evacuation | card_scan | GC wait s | pause s | collection-set pages read back, kept |"
+            ),
             "{md}"
         );
         assert!(!md.contains("| concurrent_mark |"), "{md}");
         assert!(
-            md.contains("| graph | G1 | 25% | memliner | 20 (0.20) | 10 (0.10) | 0.30 | 0.01 |"),
+            md.contains(
+                "| graph | G1 | 25% | memliner | 20 (0.20) | 10 (0.10) | 0.30 | 0.01 | 4 |"
+            ),
+            "{md}"
+        );
+        // No run kept a page: no column.
+        let mut none = rs.clone();
+        for r in &mut none {
+            if let Some(p) = r.stats.as_mut().and_then(|d| d.pager.as_mut()) {
+                p.reclaim.cold_rereads_kept = 0;
+            }
+        }
+        let md = markdown(&cfg, &none, &extras(Vec::new()));
+        assert!(
+            md.contains("| young_evacuation | card_scan | GC wait s | pause s |\n"),
             "{md}"
         );
     }
