@@ -837,6 +837,19 @@ mod tests {
         }
     }
 
+    /// Page `p` comes in as `how` says, goes out, `between` pass through, and it is read back.
+    fn out_and_back(
+        l: &mut Lists,
+        p: usize,
+        how: Admit,
+        between: std::ops::Range<usize>,
+    ) -> Refault {
+        l.admit(p, how, false);
+        l.evicted(p);
+        pass_through(l, between);
+        l.admit(p, how, true)
+    }
+
     #[test]
     fn a_refault_within_the_active_list_is_activated_and_a_distant_one_waits() {
         let mut l = Lists::new(64, 8);
@@ -879,34 +892,24 @@ mod tests {
         // First read: cold like any GC read.
         assert_eq!(l.admit(20, Admit::ColdUnlessReread, false), Refault::First);
         assert_eq!(l.list_of(20), List::Cold);
-        l.evicted(20);
-        // Read back two evictions later: on probation, counted.
-        pass_through(&mut l, 30..31);
-        assert!(matches!(
-            l.admit(20, Admit::ColdUnlessReread, true),
-            Refault::Workingset { .. }
-        ));
-        assert_eq!(l.list_of(20), List::Probation);
-        assert_eq!(l.decisions.cold_rereads_kept, 1);
-        // A plain cold page read back as soon stays cold.
-        l.admit(21, Admit::Cold, false);
-        l.evicted(21);
-        assert!(matches!(
-            l.admit(21, Admit::Cold, true),
-            Refault::Workingset { .. }
-        ));
-        assert_eq!(l.list_of(21), List::Cold);
-        // Read back from farther than the working set: cold again, not counted.
         l.remove(20);
-        l.admit(20, Admit::ColdUnlessReread, false);
-        l.evicted(20);
-        pass_through(&mut l, 40..60);
-        assert!(matches!(
-            l.admit(20, Admit::ColdUnlessReread, true),
-            Refault::Distant { .. }
-        ));
-        assert_eq!(l.list_of(20), List::Cold);
-        assert_eq!(l.decisions.cold_rereads_kept, 1);
+        // Read back after `between` went out: within the working set's distance on probation
+        // and counted, unless admitted plainly cold; from farther, cold and not counted.
+        for (p, how, between, list, kept) in [
+            (20, Admit::ColdUnlessReread, 30..31, List::Probation, 1),
+            (21, Admit::Cold, 31..32, List::Cold, 1),
+            (22, Admit::ColdUnlessReread, 40..60, List::Cold, 1),
+        ] {
+            let judged = out_and_back(&mut l, p, how, between);
+            let far = matches!(judged, Refault::Distant { .. });
+            assert!(
+                far || matches!(judged, Refault::Workingset { .. }),
+                "{p}: {judged:?}"
+            );
+            assert_eq!(far, p == 22, "{p}: {judged:?}");
+            let got = (l.list_of(p), l.decisions.cold_rereads_kept);
+            assert_eq!(got, (list, kept), "page {p}");
+        }
     }
 
     #[test]
