@@ -352,9 +352,10 @@ impl<'a> Handler<'a> {
                         class,
                         source,
                     } => {
-                        // Only a pause's reads are admitted by their region (its copy
-                        // destinations, zero-filled, are the application's whatever the
-                        // region): no lookup on the zero-fill path.
+                        // GC reads are admitted by their region: a pause's by the region at
+                        // its start, a concurrent thread's by the collection set the last
+                        // pause left (Shenandoah's). Zero-filled pages are copy destinations,
+                        // the application's whatever the region: no lookup on that path.
                         let addr = self.p.ctx.page_addr(p);
                         let region = match (class, source) {
                             (_, Source::ZeroFill) => None,
