@@ -2,7 +2,8 @@
 //! wholly inside is dropped wherever it was (mapped, inactive in a slot, or only in the store),
 //! reads back as zeros without a remote fetch, and gives its budget back; pages outside, and a
 //! page only partly inside, keep their bytes. A page whose write-back is in flight when its
-//! range is released is dropped too, and stays dropped once the write lands.
+//! range is released is dropped too, and stays dropped once the write lands. Mapped pages are
+//! dropped only while the budget is short; with room to spare they stay as they are.
 
 // Tests map regions and read the pager's residency map raw.
 #![allow(unsafe_code)]
@@ -23,17 +24,108 @@ const BUDGET: usize = 32;
 
 /// The tests' pager: `BUDGET` pages local, no fill-ahead, no prefetching.
 fn start(region: &Region, store: Box<dyn PageStore>) -> memliner_agent::pager::Pager {
+    start_with(region, store, BUDGET)
+}
+
+fn start_with(
+    region: &Region,
+    store: Box<dyn PageStore>,
+    budget: usize,
+) -> memliner_agent::pager::Pager {
     start_pager(
         region,
         PagerConfig {
             fill_ahead: 0,
             prefetch_depth: 0,
             policy: Arc::new(Baseline { prefetch: false }),
-            ..common::config(BUDGET)
+            ..common::config(budget)
         },
         store,
         Box::new(AllApp),
     )
+}
+
+/// Releases pages `lo..hi`; checks that none was dropped, that they kept their bytes and were
+/// counted as left mapped.
+fn release_leaves_mapped(
+    pager: &memliner_agent::pager::Pager,
+    region: &Region,
+    (lo, hi): (usize, usize),
+    value: impl Fn(usize) -> u64,
+    why: &str,
+) {
+    let left = || pager.counters().released_left_mapped.load(Ordering::SeqCst);
+    let before = left();
+    let resident = pager.resident_pages();
+    let dropped = pager.release(region.base + lo * PAGE_SIZE, (hi - lo) * PAGE_SIZE);
+    assert_eq!(dropped, 0, "{why}: mapped pages are left mapped");
+    assert_eq!(left() - before, (hi - lo) as u64, "{why}: counted");
+    assert_eq!(pager.resident_pages(), resident, "{why}: still resident");
+    for p in lo..hi {
+        assert_eq!(
+            region.read(p, 7),
+            value(p),
+            "{why}: page {p} kept its bytes"
+        );
+    }
+}
+
+#[test]
+fn with_the_whole_region_local_released_pages_stay_mapped() {
+    let region = Region::new(PAGES);
+    let pager = start_with(&region, Box::new(LocalStore::new(PAGES as u64)), PAGES);
+    let value = |p: usize| 0xfee1_0000 + p as u64;
+    for p in 0..PAGES {
+        region.write(p, 7, value(p));
+    }
+    release_leaves_mapped(&pager, &region, (16, 200), value, "budget = region");
+    assert_eq!(pager.counters().pages_released.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn mapped_pages_are_dropped_only_while_the_budget_is_short() {
+    let region = Region::new(PAGES);
+    let pager = start(&region, Box::new(LocalStore::new(PAGES as u64)));
+    let value = |p: usize| 0xab_0000 + p as u64;
+    // A quarter of the budget used, nothing evicted yet: room to spare.
+    for p in 0..BUDGET / 4 {
+        region.write(p, 7, value(p));
+    }
+    release_leaves_mapped(&pager, &region, (0, BUDGET / 4), value, "room to spare");
+    // Every page written: pages were evicted since the last collection (none has ended), so
+    // releasing the last ones written, mapped, gives their budget back.
+    for p in 0..PAGES {
+        region.write(p, 7, value(p));
+    }
+    pager.settle();
+    let resident = pager.resident_pages();
+    let (lo, hi) = (PAGES - BUDGET, PAGES);
+    assert_eq!(
+        pager.release(region.base + lo * PAGE_SIZE, (hi - lo) * PAGE_SIZE),
+        hi - lo,
+        "a short budget: every page dropped"
+    );
+    assert!(
+        pager.resident_pages() + BUDGET / 2 <= resident,
+        "the mapped ones gave their budget back: {} of {resident} still resident",
+        pager.resident_pages()
+    );
+    // A collection ends with a quarter of the budget free and nothing evicted since: the next
+    // release leaves the pages the JVM wrote meanwhile mapped.
+    pager.gc_pause_finished(None, Default::default());
+    for p in lo..lo + BUDGET / 4 {
+        region.write(p, 7, value(p));
+    }
+    release_leaves_mapped(
+        &pager,
+        &region,
+        (lo, lo + BUDGET / 4),
+        value,
+        "after a collection",
+    );
+    for p in lo + BUDGET / 4..hi {
+        assert_eq!(region.read(p, 7), 0, "page {p} released while short");
+    }
 }
 
 #[test]

@@ -127,8 +127,12 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
     }
     let dead = &pager.dead;
     if dead.collections > 0 {
+        let left = match dead.left_mapped() {
+            0 => String::new(),
+            n => format!("; {n} local pages left to the JVM, the budget having room"),
+        };
         out.push(format!(
-            "dead space: {} pages dropped after {} collections ({} free-region, {} above top; {} fetches of dead bytes saved, {} local pages freed), {:.1} ms in pauses",
+            "dead space: {} pages dropped after {} collections ({} free-region, {} above top; {} fetches of dead bytes saved, {} local pages freed{left}), {:.1} ms in pauses",
             dead.pages(),
             dead.collections,
             dead.free_region.pages,

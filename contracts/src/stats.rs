@@ -147,6 +147,10 @@ pub struct ReleasedDoc {
     pub pages: u64,
     /// Of those, pages only the store held: fetches of garbage saved.
     pub remote: u64,
+    /// Pages released while mapped and left as they were, not in `pages`: the budget had room,
+    /// so the JVM reuses them in place rather than zero-filling them again.
+    #[serde(default)]
+    pub left_mapped: u64,
 }
 
 /// Dead heap space dropped after collections (`dead=drop`).
@@ -173,6 +177,10 @@ impl DeadDoc {
     pub fn remote(&self) -> u64 {
         self.free_region.remote + self.above_top.remote
     }
+
+    pub fn left_mapped(&self) -> u64 {
+        self.free_region.left_mapped + self.above_top.left_mapped
+    }
 }
 
 /// Pages dropped for one reason.
@@ -184,6 +192,10 @@ pub struct DeadReasonDoc {
     pub remote: u64,
     /// Of those, pages that were mapped: budget given back at once.
     pub mapped: u64,
+    /// Dead pages that were mapped and left as they were, not in `pages`: the budget had room,
+    /// so the JVM reuses them in place rather than zero-filling them again.
+    #[serde(default)]
+    pub left_mapped: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

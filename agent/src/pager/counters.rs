@@ -50,6 +50,8 @@ pub struct PagerCounters {
     pub pages_released: AtomicU64,
     /// Of those, pages only the store held: fetches of garbage saved.
     pub released_remote: AtomicU64,
+    /// Released pages left mapped, not dropped: the budget had room (see `release`).
+    pub released_left_mapped: AtomicU64,
     /// Pages dropped as dead at the end of a collection (a stock JDK's heap layout), by
     /// `gc_layout::Reason`.
     pub dead_pages: [AtomicU64; Reason::COUNT],
@@ -57,6 +59,8 @@ pub struct PagerCounters {
     pub dead_remote: [AtomicU64; Reason::COUNT],
     /// ... and pages that were mapped (budget given back at once).
     pub dead_mapped: [AtomicU64; Reason::COUNT],
+    /// Dead pages left mapped, not dropped: the budget had room (see `release`).
+    pub dead_left_mapped: [AtomicU64; Reason::COUNT],
     /// Service times of faults by where the page came from, `[local, remote]`: what a
     /// scrape of `/metrics` reads without taking the histograms' locks.
     pub fault_latency: [LatencyBuckets; 2],

@@ -86,6 +86,8 @@ pub struct Pager {
     /// How long `start` took: the per-page tables, the threads, registering the heap with
     /// userfaultfd and adopting the pages the JVM had touched.
     start_time: std::time::Duration,
+    /// Whether dead space's mapped pages are dropped (see `release`).
+    room: release::Room,
 }
 
 impl std::fmt::Debug for Pager {
@@ -257,6 +259,7 @@ impl Pager {
             parts,
             threads,
             start_time: Default::default(),
+            room: Default::default(),
         };
         for span in spans {
             remap::register_and_adopt(&pager.parts, span.start, span.end)?;
@@ -392,6 +395,7 @@ impl Pager {
             .attribution
             .pause_ended(facts, after, &mut |_, _| {});
         self.parts.phases.pause_finished();
+        self.room.collection_ended(&self.parts.ctx);
     }
 
     /// A stop-the-world pause starts with the heap's regions as `regions` says (the caller is
@@ -464,29 +468,37 @@ impl Pager {
     }
 
     /// A patched collector freed `[start, start + len)`: nothing there is read before it is
-    /// written again, so its pages are dropped (local and remote). The caller keeps the
-    /// range untouched until this returns. Never blocks on the network.
+    /// written again, so its pages are dropped (remote ones always, mapped ones when the budget
+    /// is short: see `release`). The caller keeps the range untouched until this returns.
+    /// Never blocks on the network.
     pub fn release(&self, start: usize, len: usize) -> usize {
-        let r = release::drop_range(&self.parts, start, len);
+        let mapped = self.room.mapped(&self.parts.ctx, &self.parts.budget);
+        let r = release::drop_range(&self.parts, start, len, mapped);
         let c = &self.parts.ctx.counters;
         c.pages_released
             .fetch_add(r.dropped as u64, Ordering::Relaxed);
         c.released_remote.fetch_add(r.remote, Ordering::Relaxed);
+        c.released_left_mapped
+            .fetch_add(r.left_mapped as u64, Ordering::Relaxed);
         r.dropped
     }
 
     /// The collection just ended (the caller is the JVMTI GarbageCollectionFinish callback,
     /// at the safepoint): `ranges` hold nothing live (see `gc_layout`), so their pages are
-    /// dropped, local and remote, and zero-fill on reuse. Never blocks on the network.
+    /// dropped (remote ones always, mapped ones when the budget is short: see `release`) and
+    /// zero-fill on reuse. Never blocks on the network.
     pub fn release_dead(&self, ranges: &[crate::gc_layout::DeadRange]) {
         let t = Instant::now();
         let c = &self.parts.ctx.counters;
+        let mapped = self.room.mapped(&self.parts.ctx, &self.parts.budget);
         for r in ranges {
-            let d = release::drop_range(&self.parts, r.start, r.end.saturating_sub(r.start));
+            let len = r.end.saturating_sub(r.start);
+            let d = release::drop_range(&self.parts, r.start, len, mapped);
             let i = r.reason as usize;
             c.dead_pages[i].fetch_add(d.dropped as u64, Ordering::Relaxed);
             c.dead_remote[i].fetch_add(d.remote, Ordering::Relaxed);
             c.dead_mapped[i].fetch_add(d.mapped as u64, Ordering::Relaxed);
+            c.dead_left_mapped[i].fetch_add(d.left_mapped as u64, Ordering::Relaxed);
         }
         c.dead_collections.fetch_add(1, Ordering::Relaxed);
         c.dead_ns

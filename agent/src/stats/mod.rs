@@ -202,6 +202,7 @@ fn dead_doc(p: &Pager, why_not: Option<&str>) -> DeadDoc {
         pages: ld(&c.dead_pages[r as usize]),
         remote: ld(&c.dead_remote[r as usize]),
         mapped: ld(&c.dead_mapped[r as usize]),
+        left_mapped: ld(&c.dead_left_mapped[r as usize]),
     };
     DeadDoc {
         on: why_not.is_none(),
@@ -248,6 +249,7 @@ fn pager_doc(p: &Pager, remote_faults: u64, dead_why_not: Option<&str>) -> Pager
         released: ReleasedDoc {
             pages: ld(&c.pages_released),
             remote: ld(&c.released_remote),
+            left_mapped: ld(&c.released_left_mapped),
         },
         dead: dead_doc(p, dead_why_not),
         unmap_events: ld(&c.unmap_events),

@@ -105,12 +105,13 @@ pub fn section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
         "\nDead space: pages a stock JDK's heap layout showed to hold nothing live after a \
          collection (free regions; space above a region's or space's top), dropped without a \
          write-back; *fetches saved* were remote (their reuse zero-filled locally instead of \
-         reading dead bytes), *freed* were local (budget back at once). Prefetched pages \
-         evicted with no use seen count against prefetching.\n"
+         reading dead bytes), *freed* were local (budget back at once), *left* were local and \
+         left to the JVM to reuse in place, the budget having room. Prefetched pages evicted \
+         with no use seen count against prefetching.\n"
     );
     let _ = writeln!(
         md,
-        "| workload | collector | local | dead pages (free regions / above top) | fetches saved | freed | ms in pauses | prefetched | evicted unused | evictions clean / dirty / zero |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| workload | collector | local | dead pages (free regions / above top) | fetches saved | freed | left | ms in pauses | prefetched | evicted unused | evictions clean / dirty / zero |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for (w, c, l) in &with_stats {
         let m = cell(rs, w, c, Mode::Memliner, *l);
@@ -120,7 +121,7 @@ pub fn section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
         let dead = p(|d| d.dead.pages() as f64);
         let _ = writeln!(
             md,
-            "| {w} | {c} | {l}% | {} ({} / {}) | {} | {} | {} | {} | {} ({}) | {} / {} / {} |",
+            "| {w} | {c} | {l}% | {} ({} / {}) | {} | {} | {} | {} | {} | {} ({}) | {} / {} / {} |",
             fmt(dead),
             fmt(p(|d| d.dead.free_region.pages as f64)),
             fmt(p(|d| d.dead.above_top.pages as f64)),
@@ -128,6 +129,7 @@ pub fn section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
             fmt(p(
                 |d| (d.dead.free_region.mapped + d.dead.above_top.mapped) as f64
             )),
+            fmt(p(|d| d.dead.left_mapped() as f64)),
             fmt(p(|d| d.dead.pause_ms)),
             fmt(p(|d| d.remote.pages_prefetched as f64)),
             fmt(p(|d| d.reclaim.prefetched_evicted_unused as f64)),
