@@ -456,8 +456,23 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
 
 static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
+/// The last signal asking us to stop (SIGINT, SIGTERM, SIGHUP), 0 if none.
+static STOP: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Whether a signal asked this process to stop while it ran a JVM (which got it too): a
+/// caller running one JVM after another (the bench) stops rather than start the next.
+pub fn stop_requested() -> Option<i32> {
+    match STOP.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        sig => Some(sig),
+    }
+}
+
 #[allow(unsafe_code)]
 extern "C" fn forward_signal(sig: libc::c_int) {
+    if sig != libc::SIGQUIT {
+        STOP.store(sig, std::sync::atomic::Ordering::SeqCst);
+    }
     let pid = CHILD.load(std::sync::atomic::Ordering::SeqCst);
     // Ctrl-C and Ctrl-\ reach the JVM from the terminal already (same process group); only
     // signals aimed at us alone are passed on.

@@ -185,6 +185,10 @@ pub struct BenchConfig {
     /// Measure the end-to-end page checksums: memliner at 25% with `checksums=off` beside
     /// the `memliner` cell (on), for every Java workload and collector.
     pub checksums: bool,
+    /// Add the data path's variants at 25% on the first collector (reclaim=fifo, faults on
+    /// handler threads, scraped, no pause reads, no card holds; on graph dirty=assume and
+    /// class streams).
+    pub variants: bool,
 }
 
 impl BenchConfig {
@@ -207,6 +211,7 @@ impl BenchConfig {
             transports: false,
             replicas: false,
             checksums: false,
+            variants: true,
         }
     }
 
@@ -230,6 +235,7 @@ impl BenchConfig {
             transports: false,
             replicas: false,
             checksums: false,
+            variants: true,
         }
     }
 }
@@ -471,17 +477,15 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                         }
                     }
                 }
-                if !cfg.kernel_only
-                    && *c == cfg.collectors[0]
-                    && matches!(w, BenchWorkload::Java(Workload::Graph))
-                {
+                let variants = cfg.variants && !cfg.kernel_only && *c == cfg.collectors[0];
+                if variants && matches!(w, BenchWorkload::Java(Workload::Graph)) {
                     out.push(p(Mode::BaselineAssume, 25));
                     out.push(p(Mode::MemlinerClassStreams, 25));
                 }
                 // The data path's own variants, on every Java workload of the first
                 // collector: arrival-order replacement, and faults delivered to handler
                 // threads.
-                if !cfg.kernel_only && java && *c == cfg.collectors[0] {
+                if variants && java {
                     out.push(p(Mode::MemlinerFifo, 25));
                     out.push(p(Mode::MemlinerThreadFaults, 25));
                     out.push(p(Mode::MemlinerScraped, 25));
@@ -667,6 +671,14 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 }
             }
         };
+        // Ctrl-C (or a kill) reached the JVM too: stop here, not start the next run.
+        if let Some(sig) = memliner_cli::run::stop_requested() {
+            return Err(format!(
+                "stopped by signal {sig} during run {} of {} ({what})",
+                records.len() + 1,
+                planned.len()
+            ));
+        }
         // Every paged run must compute what the all-local run computed.
         if rec.ok() && rec.mode != Mode::NoAgent {
             let reference = records.iter().find(|r| {
@@ -846,6 +858,7 @@ pub fn rerender(raw: &Path, out: PathBuf) -> Result<PathBuf, String> {
             .any(|r| matches!(r.mode, Mode::MemlinerFabric | Mode::MemlinerTcp)),
         replicas: records.iter().any(|r| r.mode == Mode::MemlinerReplicated),
         checksums: records.iter().any(|r| r.mode == Mode::MemlinerNoChecksums),
+        variants: records.iter().any(|r| r.mode == Mode::MemlinerFifo),
     };
     let extras = report::Extras {
         tcp_write_gbs: doc.tcp.write_gbs,
@@ -1058,4 +1071,42 @@ pub fn tcp_throughput(mib: usize, reps: usize) -> Result<(f64, f64), String> {
     drop(store);
     server.stop();
     Ok((median(w), median(r)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The data path's variants run at 25% on the first collector only, and not at all
+    /// with `--no-variants`.
+    #[test]
+    fn variants_run_on_the_first_collector_unless_left_out() {
+        let mut cfg = BenchConfig::full(PathBuf::from("/nonexistent"));
+        cfg.reps = 1;
+        cfg.gc_hooks = false;
+        cfg.kernel = false;
+        let is_variant = |m: Mode| {
+            matches!(
+                m,
+                Mode::MemlinerFifo
+                    | Mode::MemlinerThreadFaults
+                    | Mode::MemlinerScraped
+                    | Mode::MemlinerInProcessNoPauseReads
+                    | Mode::MemlinerInProcessNoCardHold
+                    | Mode::BaselineAssume
+                    | Mode::MemlinerClassStreams
+            )
+        };
+        let with = plan(&cfg);
+        let variants: Vec<&Planned> = with.iter().filter(|p| is_variant(p.mode)).collect();
+        // Five for each Java workload, two more for graph.
+        assert_eq!(variants.len(), 5 * 3 + 2, "{variants:?}");
+        assert!(variants
+            .iter()
+            .all(|p| p.collector == "G1" && p.local == 25));
+        cfg.variants = false;
+        let without = plan(&cfg);
+        assert!(without.iter().all(|p| !is_variant(p.mode)));
+        assert_eq!(without.len(), with.len() - variants.len());
+    }
 }

@@ -65,6 +65,11 @@ struct Args {
     /// Skip the patched JDK's memliner-gc-hooks runs even when target/jdk-memliner exists.
     #[arg(long)]
     no_gc_hooks: bool,
+    /// Skip the data path's variants at 25% local on the first collector (reclaim=fifo,
+    /// faults on handler threads, scraped, no pause reads, no card holds, dirty=assume,
+    /// class streams): the policy matrix alone.
+    #[arg(long)]
+    no_variants: bool,
     /// Emulated latency for every paged run: each request to the pages' store takes at
     /// least this long (3us, 1ms); the report says so. The memliner-in-process rows then
     /// approximate an RDMA fabric.
@@ -119,6 +124,7 @@ fn main() -> ExitCode {
         workloads,
         locals,
         no_gc_hooks,
+        no_variants,
         emulate_latency,
         transports,
         replicas,
@@ -187,6 +193,7 @@ fn main() -> ExitCode {
     if no_gc_hooks {
         cfg.gc_hooks = false;
     }
+    cfg.variants = !no_variants;
     cfg.emulate_latency = emulate_latency;
     cfg.transports = transports;
     cfg.replicas = replicas;
