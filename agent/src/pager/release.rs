@@ -17,9 +17,8 @@
 //! objects: the reuse then costs a zero-fill fault, where the page left mapped is reused in
 //! place for nothing (and the discard costs a TLB shootdown per batch). The budget given back
 //! is worth that only when the budget is short ([`Room`]). With room to spare (a budget the
-//! size of the heap, or a JVM running within its budget since the last collection), mapped
-//! dead pages stay as they are: measured on kv with the whole 1 GiB heap local, dropping them
-//! cost 1.2x the wall of a run without the agent.
+//! size of the heap, say), mapped dead pages stay as they are: measured on kv with the whole
+//! 1 GiB heap local, dropping them cost 1.2x the wall of a run without the agent.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -40,12 +39,9 @@ pub(super) enum Mapped {
     Leave,
 }
 
-/// Whether the budget is short enough that dropping mapped dead pages pays. A budget that holds
-/// the whole heap never is. A smaller one is, unless it has been short before (pages were
-/// evicted) but no page was evicted since the last collection ended and an eighth of it is
-/// free: the JVM has been running within it. Before the first eviction it counts as short: a
-/// heap still filling up soon runs out, and a dead page left mapped then is written back as
-/// garbage where dropped it cost nothing (measured at 25% of 256 MiB: 4-7% slower).
+/// Whether the budget is short enough that dropping mapped dead pages pays: it is smaller than
+/// the heap, and some page was evicted since the last collection ended or less than an eighth
+/// of it is free.
 #[derive(Debug, Default)]
 pub(super) struct Room {
     /// Pages evicted when the last collection ended.
@@ -55,10 +51,8 @@ pub(super) struct Room {
 impl Room {
     /// What drops now do with mapped pages.
     pub fn mapped(&self, ctx: &Ctx, budget: &Budget) -> Mapped {
-        let evicted = evicted(ctx);
         let short = budget.pages_can_run_short()
-            && (evicted == 0
-                || evicted != self.evicted_then.load(Ordering::Relaxed)
+            && (evicted(ctx) != self.evicted_then.load(Ordering::Relaxed)
                 || budget.free() < budget.pages() / 8);
         if short {
             Mapped::Drop
