@@ -407,9 +407,10 @@ pub fn launch(cfg: &RunConfig, command: &[String], capture: bool) -> Result<RunO
         // fault pages in while it runs its shutdown hooks.
         outlive_child(child.id());
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("waiting for {program}: {e}"))?;
+    let out = child.wait_with_output();
+    // Reaped: its pid may be reused, and no later signal must be passed to it.
+    CHILD.store(0, std::sync::atomic::Ordering::SeqCst);
+    let out = out.map_err(|e| format!("waiting for {program}: {e}"))?;
     let wall = started.elapsed();
     // A launcher (spark-submit, a shell script) may exit before the JVM it started: keep
     // serving until the agent has disconnected, or the JVM would die on a closed server.
