@@ -1,7 +1,5 @@
 package memliner.checks;
 
-import java.lang.management.ManagementFactory;
-import java.lang.management.MemoryMXBean;
 import java.lang.reflect.Method;
 import java.util.ArrayList;
 import java.util.List;
@@ -137,13 +135,21 @@ public final class FullGcDuringMarking {
         Method runTo = c.getMethod("concurrentGCRunTo", String.class);
         Method runToIdle = c.getMethod("concurrentGCRunToIdle");
         c.getMethod("concurrentGCAcquireControl").invoke(wb);
+        // While the cycle is held this thread must not allocate: the application may fill the
+        // heap between two looks, and an allocation that fails then waits for the held cycle,
+        // which only this thread can let go (hangs seen in getHeapMemoryUsage, then in the
+        // first call of runToIdle, which creates its reflective accessor). So the look reads
+        // two longs, and the call that lets go is made once before (the cycle is idle: it
+        // returns at once) and takes no varargs array.
+        Runtime rt = Runtime.getRuntime();
+        Object[] none = new Object[0];
+        runToIdle.invoke(wb, none);
         try {
             // Requests a cycle and returns once it holds just after marking started.
             runTo.invoke(wb, "AFTER MARKING STARTED");
-            MemoryMXBean memory = ManagementFactory.getMemoryMXBean();
-            long fill = (long) (Runtime.getRuntime().maxMemory() * FILL);
+            long fill = (long) (rt.maxMemory() * FILL);
             long deadline = System.nanoTime() + 30_000_000_000L;
-            while (memory.getHeapMemoryUsage().getUsed() < fill) {
+            while (rt.totalMemory() - rt.freeMemory() < fill) {
                 if (System.nanoTime() > deadline) {
                     throw new IllegalStateException("the heap did not fill within 30 s");
                 }
@@ -151,7 +157,7 @@ public final class FullGcDuringMarking {
             }
             // Marking goes on; the allocation failure cancels it, and the cycle ends (the
             // degenerated cycle then runs at the next pause).
-            runToIdle.invoke(wb);
+            runToIdle.invoke(wb, none);
         } finally {
             c.getMethod("concurrentGCReleaseControl").invoke(wb);
         }
