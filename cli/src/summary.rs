@@ -138,7 +138,7 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
             dead.free_region.pages,
             dead.above_top.pages,
             dead.remote(),
-            dead.free_region.mapped + dead.above_top.mapped,
+            dead.mapped(),
             dead.pause_ms,
         ));
     }

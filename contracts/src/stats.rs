@@ -178,6 +178,10 @@ impl DeadDoc {
         self.free_region.remote + self.above_top.remote
     }
 
+    pub fn mapped(&self) -> u64 {
+        self.free_region.mapped + self.above_top.mapped
+    }
+
     pub fn left_mapped(&self) -> u64 {
         self.free_region.left_mapped + self.above_top.left_mapped
     }

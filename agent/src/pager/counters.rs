@@ -69,6 +69,15 @@ pub struct PagerCounters {
     pub dead_ns: AtomicU64,
 }
 
+impl PagerCounters {
+    /// Pages evicted so far: clean, dirty and all-zero.
+    pub fn evicted(&self) -> u64 {
+        self.evicted_clean.load(Ordering::Relaxed)
+            + self.evicted_dirty.load(Ordering::Relaxed)
+            + self.evicted_zero.load(Ordering::Relaxed)
+    }
+}
+
 /// Upper bounds (ns) of [`LatencyBuckets`]: 1 µs to 50 ms, as Prometheus buckets.
 pub const LATENCY_BOUNDS_NS: [u64; 14] = [
     1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000, 2_000_000,

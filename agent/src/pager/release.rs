@@ -52,7 +52,7 @@ impl Room {
     /// What drops now do with mapped pages.
     pub fn mapped(&self, ctx: &Ctx, budget: &Budget) -> Mapped {
         let short = budget.pages_can_run_short()
-            && (evicted(ctx) != self.evicted_then.load(Ordering::Relaxed)
+            && (ctx.counters.evicted() != self.evicted_then.load(Ordering::Relaxed)
                 || budget.free() < budget.pages() / 8);
         if short {
             Mapped::Drop
@@ -63,15 +63,9 @@ impl Room {
 
     /// A collection ended (after its dead space was dropped).
     pub fn collection_ended(&self, ctx: &Ctx) {
-        self.evicted_then.store(evicted(ctx), Ordering::Relaxed);
+        self.evicted_then
+            .store(ctx.counters.evicted(), Ordering::Relaxed);
     }
-}
-
-fn evicted(ctx: &Ctx) -> u64 {
-    let c = &ctx.counters;
-    c.evicted_clean.load(Ordering::Relaxed)
-        + c.evicted_dirty.load(Ordering::Relaxed)
-        + c.evicted_zero.load(Ordering::Relaxed)
 }
 
 /// What dropping a range did.
@@ -129,13 +123,13 @@ pub(super) fn drop_range(parts: &Parts, start: usize, len: usize, mapped: Mapped
 fn drop_pages(
     parts: &Parts,
     pages: impl Iterator<Item = usize>,
-    leave: Mapped,
+    what: Mapped,
     out: &mut Dropped,
 ) -> Vec<usize> {
     let ctx = &*parts.ctx;
     let mut held = Vec::new();
     let mut mapped: Vec<Claim<'_>> = Vec::new();
-    let leave = leave == Mapped::Leave;
+    let leave = what == Mapped::Leave;
     for p in pages {
         let wanted = |s: PageState| s != PageState::Untouched && !(leave && s.is_mapped());
         let Some(c) = ctx.table.claim_if(p, wanted) else {

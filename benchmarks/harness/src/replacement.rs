@@ -126,9 +126,7 @@ pub fn section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
             fmt(p(|d| d.dead.free_region.pages as f64)),
             fmt(p(|d| d.dead.above_top.pages as f64)),
             fmt(p(|d| d.dead.remote() as f64)),
-            fmt(p(
-                |d| (d.dead.free_region.mapped + d.dead.above_top.mapped) as f64
-            )),
+            fmt(p(|d| d.dead.mapped() as f64)),
             fmt(p(|d| d.dead.left_mapped() as f64)),
             fmt(p(|d| d.dead.pause_ms)),
             fmt(p(|d| d.remote.pages_prefetched as f64)),

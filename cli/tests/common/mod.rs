@@ -187,8 +187,7 @@ pub fn cell_on(
             "{what}: no dead page found: {dead:?}"
         );
         if local == 100 {
-            let discarded = dead.free_region.mapped + dead.above_top.mapped;
-            assert_eq!(discarded, 0, "{what}: budget to spare: {dead:?}");
+            assert_eq!(dead.mapped(), 0, "{what}: budget to spare: {dead:?}");
             assert!(dead.left_mapped() > 0, "{what}: {dead:?}");
         }
     }

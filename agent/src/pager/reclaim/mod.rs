@@ -559,11 +559,11 @@ impl Reclaimer {
                 self.counters
                     .background_passes
                     .fetch_add(1, Ordering::Relaxed);
-                let before = self.evicted_total();
+                let before = self.ctx.counters.evicted();
                 let outcome = self.make_room(self.budget.high);
                 self.counters
                     .background_evicted
-                    .fetch_add(self.evicted_total() - before, Ordering::Relaxed);
+                    .fetch_add(self.ctx.counters.evicted() - before, Ordering::Relaxed);
                 if outcome == Evicted::Again || outcome == Evicted::NoVictim {
                     // An unread event blocks the mm (the handler reads it), or everything is
                     // in flight: try again shortly rather than spin.
@@ -576,13 +576,6 @@ impl Reclaimer {
                 self.demote_pause_pages(false);
             }
         }
-    }
-
-    fn evicted_total(&self) -> u64 {
-        let c = &self.ctx.counters;
-        c.evicted_clean.load(Ordering::Relaxed)
-            + c.evicted_dirty.load(Ordering::Relaxed)
-            + c.evicted_zero.load(Ordering::Relaxed)
     }
 
     /// Makes the pages of finished pauses cold (all held pages with `force`).
