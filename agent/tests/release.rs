@@ -87,11 +87,20 @@ fn mapped_pages_are_dropped_only_while_the_budget_is_short() {
     let region = Region::new(PAGES);
     let pager = start(&region, Box::new(LocalStore::new(PAGES as u64)));
     let value = |p: usize| 0xab_0000 + p as u64;
-    // A quarter of the budget used, nothing evicted yet: room to spare.
+    let resident_dropped = |(lo, hi): (usize, usize), why: &str| {
+        let resident = pager.resident_pages();
+        assert_eq!(
+            pager.release(region.base + lo * PAGE_SIZE, (hi - lo) * PAGE_SIZE),
+            hi - lo,
+            "{why}: every page dropped"
+        );
+        assert_eq!(pager.resident_pages() + (hi - lo), resident, "{why}");
+    };
+    // A quarter of the budget used, nothing evicted yet: a heap still filling up, short.
     for p in 0..BUDGET / 4 {
         region.write(p, 7, value(p));
     }
-    release_leaves_mapped(&pager, &region, (0, BUDGET / 4), value, "room to spare");
+    resident_dropped((0, BUDGET / 4), "before any eviction");
     // Every page written: pages were evicted since the last collection (none has ended), so
     // releasing the last ones written, mapped, gives their budget back.
     for p in 0..PAGES {

@@ -39,9 +39,12 @@ pub(super) enum Mapped {
     Leave,
 }
 
-/// Whether the budget is short enough that dropping mapped dead pages pays: it is smaller than
-/// the heap, and some page was evicted since the last collection ended or less than an eighth
-/// of it is free.
+/// Whether the budget is short enough that dropping mapped dead pages pays. A budget that holds
+/// the whole heap never is. A smaller one is, unless it has been short before (pages were
+/// evicted) but no page was evicted since the last collection ended and an eighth of it is
+/// free: the JVM has been running within it. Before the first eviction it counts as short: a
+/// heap still filling up soon runs out, and a dead page left mapped then is written back as
+/// garbage and fetched again when a pause copies into its region.
 #[derive(Debug, Default)]
 pub(super) struct Room {
     /// Pages evicted when the last collection ended.
@@ -51,8 +54,10 @@ pub(super) struct Room {
 impl Room {
     /// What drops now do with mapped pages.
     pub fn mapped(&self, ctx: &Ctx, budget: &Budget) -> Mapped {
+        let evicted = ctx.counters.evicted();
         let short = budget.pages_can_run_short()
-            && (ctx.counters.evicted() != self.evicted_then.load(Ordering::Relaxed)
+            && (evicted == 0
+                || evicted != self.evicted_then.load(Ordering::Relaxed)
                 || budget.free() < budget.pages() / 8);
         if short {
             Mapped::Drop
