@@ -346,6 +346,51 @@ fn store_barriers_record_stored_references_in_every_compiler() {
     }
 }
 
+/// G1 counts every object it marks into its region's liveness, and at remark frees an old
+/// region whose count is zero. Its marking reads an object to count it, so with the hooks an
+/// object on a remote page is marked unread and counted later from the worker's buffer, in
+/// address order: one the bitmap scan traces (marked above the finger) only counted there.
+/// HotSpot's heap verification after remark (`VerifyDuringGC`) compares each region's count
+/// with the objects the bitmap marks in it and fails the JVM on one too small; a region freed
+/// while it held live objects fails it too, or the checksum.
+#[test]
+fn g1_counts_objects_marked_unread() {
+    let Some(java) = patched_java() else { return };
+    for w in [Workload::Graph, Workload::Kv] {
+        let what = format!("{} G1 25% hooks on, verified during GC", w.name());
+        let mut cmd = command_for(&java, w, "G1", HEAP);
+        let flags = [
+            "-XX:+UnlockDiagnosticVMOptions",
+            "-XX:+VerifyDuringGC",
+            "-XX:-G1UseAdaptiveIHOP",
+            "-XX:InitiatingHeapOccupancyPercent=20",
+            "-Xlog:gc+verify=info",
+        ];
+        cmd.splice(2..2, flags.iter().map(|f| f.to_string()));
+        let out = launch(&RunConfig::default().local(25), &cmd, true).unwrap();
+        assert_eq!(
+            checked_result(&out, &what),
+            reference(w),
+            "{what}: checksum differs from the all-local run"
+        );
+        let verified = out
+            .stdout
+            .lines()
+            .filter(|l| l.contains("Verifying During GC (Remark after)"))
+            .count();
+        let h = &out.stats.as_ref().expect("stats").gc_hooks;
+        assert!(
+            verified > 0 && h.mark_cycles > 0 && h.deferred > 0,
+            "{what}: no verified remark after deferrals ({verified} verified, {h:?})\n{}",
+            out.stdout
+        );
+        eprintln!(
+            "{what}: {verified} remarks verified, {} objects deferred",
+            h.deferred
+        );
+    }
+}
+
 /// Whether a `Pause Full` line falls between a G1 `Concurrent Mark Cycle` start line and the
 /// cycle's end line (`-Xlog:gc`).
 fn full_gc_inside_a_mark_cycle(log: &str) -> bool {
