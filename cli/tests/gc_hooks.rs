@@ -358,7 +358,6 @@ fn g1_counts_objects_marked_unread() {
     let Some(java) = patched_java() else { return };
     for w in [Workload::Graph, Workload::Kv] {
         let what = format!("{} G1 25% hooks on, verified during GC", w.name());
-        let mut cmd = command_for(&java, w, "G1", HEAP);
         let flags = [
             "-XX:+UnlockDiagnosticVMOptions",
             "-XX:+VerifyDuringGC",
@@ -366,13 +365,8 @@ fn g1_counts_objects_marked_unread() {
             "-XX:InitiatingHeapOccupancyPercent=20",
             "-Xlog:gc+verify=info",
         ];
-        cmd.splice(2..2, flags.iter().map(|f| f.to_string()));
-        let out = launch(&RunConfig::default().local(25), &cmd, true).unwrap();
-        assert_eq!(
-            checked_result(&out, &what),
-            reference(w),
-            "{what}: checksum differs from the all-local run"
-        );
+        let cfg = RunConfig::default().local(25);
+        let out = run_verified(&java, w, "G1", &cfg, &flags, &what);
         let verified = out
             .stdout
             .lines()

@@ -115,6 +115,27 @@ pub fn cell_with(w: Workload, gc: &str, local: u32, base: RunConfig) {
     cell_on(&java(), w, gc, local, base, &[]);
 }
 
+/// Runs workload `w` on `java` under `cfg` (with `jvm_flags` after the collector's); it must
+/// compute the all-local run's checksum.
+pub fn run_verified(
+    java: &str,
+    w: Workload,
+    gc: &str,
+    cfg: &RunConfig,
+    jvm_flags: &[&str],
+    what: &str,
+) -> RunOutcome {
+    let mut cmd = command_for(java, w, gc, HEAP);
+    cmd.splice(2..2, jvm_flags.iter().map(|f| f.to_string()));
+    let out = launch(cfg, &cmd, true).unwrap();
+    assert_eq!(
+        checked_result(&out, what),
+        reference(w),
+        "{what}: checksum differs from the all-local run"
+    );
+    out
+}
+
 /// A matrix cell run by `java` (with `jvm_flags` after the collector's); returns its stats
 /// for further checks.
 pub fn cell_on(
@@ -133,14 +154,7 @@ pub fn cell_on(
         cfg.gc_hooks,
         cfg.transport
     );
-    let mut cmd = command_for(java, w, gc, HEAP);
-    cmd.splice(2..2, jvm_flags.iter().map(|f| f.to_string()));
-    let out = launch(&cfg, &cmd, true).unwrap();
-    assert_eq!(
-        checked_result(&out, &what),
-        reference(w),
-        "{what}: checksum differs from the all-local run"
-    );
+    let out = run_verified(java, w, gc, &cfg, jvm_flags, &what);
     let s = out
         .stats
         .as_ref()
