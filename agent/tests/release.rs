@@ -87,20 +87,23 @@ fn mapped_pages_are_dropped_only_while_the_budget_is_short() {
     let region = Region::new(PAGES);
     let pager = start(&region, Box::new(LocalStore::new(PAGES as u64)));
     let value = |p: usize| 0xab_0000 + p as u64;
-    let resident_dropped = |(lo, hi): (usize, usize), why: &str| {
-        let resident = pager.resident_pages();
-        assert_eq!(
-            pager.release(region.base + lo * PAGE_SIZE, (hi - lo) * PAGE_SIZE),
-            hi - lo,
-            "{why}: every page dropped"
-        );
-        assert_eq!(pager.resident_pages() + (hi - lo), resident, "{why}");
-    };
+    let release =
+        |lo: usize, hi: usize| pager.release(region.base + lo * PAGE_SIZE, (hi - lo) * PAGE_SIZE);
     // A quarter of the budget used, nothing evicted yet: a heap still filling up, short.
     for p in 0..BUDGET / 4 {
         region.write(p, 7, value(p));
     }
-    resident_dropped((0, BUDGET / 4), "before any eviction");
+    let resident = pager.resident_pages();
+    assert_eq!(
+        release(0, BUDGET / 4),
+        BUDGET / 4,
+        "before any eviction: every page dropped"
+    );
+    assert_eq!(
+        pager.resident_pages() + BUDGET / 4,
+        resident,
+        "before any eviction"
+    );
     // Every page written: pages were evicted since the last collection (none has ended), so
     // releasing the last ones written, mapped, gives their budget back.
     for p in 0..PAGES {
@@ -110,7 +113,7 @@ fn mapped_pages_are_dropped_only_while_the_budget_is_short() {
     let resident = pager.resident_pages();
     let (lo, hi) = (PAGES - BUDGET, PAGES);
     assert_eq!(
-        pager.release(region.base + lo * PAGE_SIZE, (hi - lo) * PAGE_SIZE),
+        release(lo, hi),
         hi - lo,
         "a short budget: every page dropped"
     );
