@@ -219,6 +219,8 @@ pub struct PrefetchCounters {
     /// Pages read in bulk for a stop-the-world pause (what its collection set and cards
     /// name), the same figures.
     pub pause_reads: HintCounters,
+    /// Of a pause's, the pages read just ahead of its card scan (apart from `pause_reads`).
+    pub scan_ahead: HintCounters,
     /// Pages read after a pause for the dirty cards it left (refinement's), the same figures.
     pub card_reads: HintCounters,
 }

@@ -465,3 +465,122 @@ fn pages_read_for_a_pause_never_undo_a_write() {
         "no page was read for a pause"
     );
 }
+
+/// A G1 pause's card scan (`pause_reads`): its first fault in a granule of the heap
+/// (`SCAN_AHEAD`) reads the remote pages of the dirty cards above it in that granule, and no
+/// further; a fault on a humongous region reads no cards (G1 reads those objects' headers
+/// before it merges its remembered sets into the card table); a card list that does not fit
+/// in the pause's share of the prefetch is not read lowest first, one that does is read whole.
+#[test]
+fn a_pause_reads_the_dirty_cards_just_ahead_of_its_scan() {
+    use memliner_agent::gc_activity::{RegionKind, RegionMap, RegionSpan};
+    use memliner_agent::pager::SCAN_AHEAD;
+    let region = Region::new(1024);
+    let classes = Classes::default();
+    let pager = start(&region, 256, memliner(), classes.clone());
+    for p in 0..region.pages {
+        region.write(p, 0, pattern(p, 0, 1));
+    }
+    pager.settle();
+    // SAFETY: the residency map has one byte per page and lives as long as the pager.
+    let map = unsafe { std::slice::from_raw_parts(pager.residency_map(), region.pages) };
+    let g = SCAN_AHEAD / 4096;
+    assert!(region.pages >= 3 * g && map[..2 * g].iter().all(|r| *r != 0));
+    // The card table: a page holds a dirty card when it is a multiple of `stride`.
+    let stride = Arc::new(std::sync::atomic::AtomicUsize::new(4));
+    let asked: Arc<Mutex<Vec<Vec<RegionSpan>>>> = Arc::default();
+    {
+        let (stride, asked, base) = (stride.clone(), asked.clone(), region.base);
+        pager.set_card_reader(Box::new(move |spans, out| {
+            asked.lock().unwrap().push(spans.to_vec());
+            let stride = stride.load(Ordering::SeqCst);
+            for s in spans {
+                let pages = (s.start - base) / 4096..(s.end - base).div_ceil(4096);
+                out.extend(pages.filter(|p| p % stride == 0).map(|p| base + p * 4096));
+            }
+            true
+        }));
+    }
+    // The first granule is a humongous object, the rest old regions.
+    let span = |from: usize, to: usize, kind| RegionSpan {
+        start: region.base + from * 4096,
+        end: region.base + to * 4096,
+        kind,
+    };
+    let regions = RegionMap::new(vec![
+        span(0, g, RegionKind::Humongous),
+        span(g, region.pages, RegionKind::Old),
+    ]);
+    let counters = pager.prefetch_counters().unwrap();
+    let (ahead, whole) = (&counters.scan_ahead, &counters.pause_reads);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    // The prefetch workers read in the background: wait for the pages, not for a time.
+    let wait_for = |pages: &[usize]| {
+        while let Some(p) = pages.iter().find(|&&p| map[p] != 0) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "page {p} not read ahead: {counters:?}"
+            );
+            std::thread::yield_now();
+        }
+    };
+    let from = g + 45;
+    let expected: Vec<usize> = (from..2 * g).filter(|p| p % 4 == 0).collect();
+    pager.gc_pause_started(regions.clone(), true);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            classes.join_as(ThreadClass::Gc);
+            assert_eq!(region.read(0, 0), pattern(0, 0, 1));
+            assert!(
+                asked.lock().unwrap().is_empty(),
+                "a humongous fault read cards"
+            );
+            assert_eq!(region.read(from, 0), pattern(from, 0, 1));
+            wait_for(&expected);
+            // A second fault in the granule reads nothing more.
+            assert_eq!(region.read(g + 1, 0), pattern(g + 1, 0, 1));
+        });
+    });
+    let asked_now = asked.lock().unwrap().clone();
+    assert_eq!(
+        asked_now.len(),
+        2,
+        "the granule ahead once, the whole table once: {asked_now:?}"
+    );
+    assert_eq!(
+        asked_now[0],
+        vec![span(from, 2 * g, RegionKind::Old)],
+        "from the fault to the granule's end"
+    );
+    assert!(ahead.fetched.load(Ordering::SeqCst) > 0, "{ahead:?}");
+    assert!(
+        (2 * g..3 * g).filter(|p| p % 4 == 0).all(|p| map[p] != 0),
+        "read beyond the granule"
+    );
+    assert_eq!(
+        whole.fetched.load(Ordering::SeqCst) + whole.dropped.load(Ordering::SeqCst),
+        0,
+        "a card list longer than the pause's share was read: {whole:?}"
+    );
+    pager.gc_pause_finished(None, Default::default());
+    // A pause with few dirty cards: its first fault reads them all, wherever they are.
+    stride.store(64, Ordering::SeqCst);
+    let far: Vec<usize> = (0..region.pages)
+        .filter(|p| p % 64 == 0 && map[*p] != 0)
+        .collect();
+    assert!(far.iter().any(|&p| p >= 2 * g), "{far:?}");
+    pager.gc_pause_started(regions, true);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            classes.join_as(ThreadClass::Gc);
+            assert_eq!(region.read(g + 3, 0), pattern(g + 3, 0, 1));
+            wait_for(&far);
+        });
+    });
+    assert!(whole.fetched.load(Ordering::SeqCst) > 0, "{whole:?}");
+    assert_eq!(whole.dropped.load(Ordering::SeqCst), 0, "{whole:?}");
+    pager.gc_pause_finished(None, Default::default());
+    for p in 0..region.pages {
+        assert_eq!(region.read(p, 0), pattern(p, 0, 1), "page {p}");
+    }
+}

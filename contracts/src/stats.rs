@@ -473,13 +473,19 @@ pub struct GcDoc {
     pub full_pauses: u64,
     #[serde(default)]
     pub remark_cleanup_pauses: u64,
-    /// Pages read in bulk for pauses as they started (`pause_reads=on`): their young regions'
-    /// remote pages; and those left to the pause's own faults (too many in flight, the
+    /// Pages read in bulk for pauses (`pause_reads=on`): their young regions' remote pages
+    /// and their cards'; and those left to the pauses' own faults (too many in flight, the
     /// reserve low).
     #[serde(default)]
     pub pause_read_pages: u64,
     #[serde(default)]
     pub pause_read_dropped: u64,
+    /// Of those, the pages of the dirty cards read just ahead of a pause's card scan (from its
+    /// first fault in a granule of the heap to the granule's end), and those left to it.
+    #[serde(default)]
+    pub scan_ahead_pages: u64,
+    #[serde(default)]
+    pub scan_ahead_dropped: u64,
     /// Pages read after pauses for the dirty cards they left in old regions, which refinement
     /// threads scan next (`card_hold=on`), and those left to the threads' own faults.
     #[serde(default)]
@@ -702,6 +708,8 @@ impl StatsDoc {
                 remark_cleanup_pauses: 1,
                 pause_read_pages: 0,
                 pause_read_dropped: 0,
+                scan_ahead_pages: 0,
+                scan_ahead_dropped: 0,
                 card_read_pages: 0,
                 card_read_dropped: 0,
             },

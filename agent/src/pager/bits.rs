@@ -26,6 +26,13 @@ impl AtomicBits {
         old & bit != 0
     }
 
+    /// Clears every bit (relaxed: each word on its own).
+    pub fn clear(&self) {
+        for w in self.0.iter() {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// [`set`](Self::set) with relaxed order, for a bit only one thread at a time changes
     /// (the holder of the page's claim): read first, and written only when it changes. Most
     /// calls find it as wanted (a fault clearing a bit already clear), and a read costs the

@@ -22,7 +22,7 @@ use super::page_table::budget::Charge;
 use super::page_table::{Claim, PageState};
 use super::parts::Parts;
 use super::reclaim::Arrival;
-use crate::gc_activity::{GcActivity, RegionKind};
+use crate::gc_activity::GcActivity;
 use crate::model::{FaultKind, ThreadClass, ThreadKind};
 use crate::policy::Source;
 use crate::uffd::{CopyOutcome, Event};
@@ -507,16 +507,12 @@ impl<'a> Handler<'a> {
     /// A remote page: claimed and charged now, read with the batch's other remote pages in
     /// one request (`flush_fetches`), so that faults arriving together share a round trip.
     fn remote_fault(&mut self, f: Fault) {
-        if f.class == ThreadClass::Gc
-            && matches!(
-                self.p.attribution.region_at(self.p.ctx.page_addr(f.page)),
-                Some(RegionKind::Old | RegionKind::Humongous)
-            )
-        {
-            // The pause reads old regions through cards: read all its cards' pages at once.
+        if f.class == ThreadClass::Gc {
+            // A pause reads old regions through cards: read its cards' pages ahead of it.
+            let kind = self.p.attribution.region_at(self.p.ctx.page_addr(f.page));
             self.p
                 .pause_reads
-                .old_region_fault(&self.p.for_pause_reads());
+                .gc_fault(&self.p.for_pause_reads(), f.page, kind);
         }
         let Some(mut c) = self.p.ctx.table.claim(f.page, PageState::Remote) else {
             return self.retry.push(f.ev);

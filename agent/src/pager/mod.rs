@@ -68,7 +68,8 @@ mod signal;
 pub use attribution::ActivityCount;
 pub use config::{FatalFn, PagerConfig, Replacement, Window};
 pub use counters::{Latencies, LatencyBuckets, PagerCounters, Role, CYCLE_GAP, LATENCY_BOUNDS_NS};
-pub use pause_reads::CardReader;
+use pause_reads::PauseReads;
+pub use pause_reads::{CardReader, SCAN_AHEAD};
 pub use reclaim::{CardCheck, Decisions, ListSample, ReclaimCounters, DISTANCE_BUCKETS};
 
 use context::Ctx;
@@ -211,12 +212,13 @@ impl Pager {
                 attribution.clone(),
             ))
         });
+        let pause_reads = PauseReads::new(ctx.npages);
         let parts = Arc::new(Parts {
             ctx,
             budget,
             phases,
             attribution,
-            pause_reads: Default::default(),
+            pause_reads,
             reclaim,
             prefetch,
         });

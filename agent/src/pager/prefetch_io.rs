@@ -47,8 +47,18 @@ enum Certain {
     Hint,
     /// For the pause under way (`read_for_pause`): capped apart and held hot until it ends.
     Pause,
+    /// What the pause under way scans next (`read_ahead_of_scan`): as `Pause`, read before
+    /// any other window and capped on their own.
+    ScanAhead,
     /// For the dirty cards a pause left (`read_for_cards`).
     Cards,
+}
+
+impl Certain {
+    /// Read for the pause under way (admitted by their region, held until it ends).
+    fn is_pause(self) -> bool {
+        matches!(self, Certain::Pause | Certain::ScanAhead)
+    }
 }
 
 /// A prefetched page kept unmapped so that its use is seen.
@@ -77,6 +87,8 @@ pub(super) struct Prefetcher {
     /// window).
     streams: Mutex<(Streams, [Governor; ThreadClass::COUNT])>,
     jobs: Injector<Job>,
+    /// Windows read before those of `jobs`: what a pause scans next.
+    first: Injector<Job>,
     /// Pages queued or being fetched.
     inflight: AtomicUsize,
     max_inflight: usize,
@@ -87,6 +99,8 @@ pub(super) struct Prefetcher {
     /// The same for a pause's bulk reads.
     pause_inflight: AtomicUsize,
     max_pause_inflight: usize,
+    /// The same for what a pause scans next (capped as `max_pause_inflight`).
+    scan_ahead_inflight: AtomicUsize,
     markers: Mutex<Markers>,
     max_markers: usize,
     pub counters: PrefetchCounters,
@@ -107,6 +121,7 @@ impl Prefetcher {
         Prefetcher {
             streams: Mutex::new((Streams::new(depth), Default::default())),
             jobs: Injector::new(),
+            first: Injector::new(),
             max_inflight: (depth * 4 * config.prefetch_workers.max(1))
                 .min(config.budget_pages / 4)
                 .max(depth),
@@ -114,6 +129,7 @@ impl Prefetcher {
             hint_inflight: AtomicUsize::new(0),
             max_hint_inflight: (config.budget_pages / 8).max(32),
             pause_inflight: AtomicUsize::new(0),
+            scan_ahead_inflight: AtomicUsize::new(0),
             // A pause reads these pages whatever happens; a quarter of the budget leaves the
             // rest to the application's working set and the pause's own copies.
             max_pause_inflight: (config.budget_pages / 4).max(32),
@@ -243,16 +259,19 @@ impl Prefetcher {
         self.queue_certain(pages, ThreadClass::Gc, Certain::Pause);
     }
 
+    /// As `read_for_pause`, for the pages the pause scans next: read before anything else
+    /// queued (a stream's window, a hint, the rest of the pause's list), within a cap of their
+    /// own, so that the pages just ahead of its scan do not wait behind pages it reads later.
+    pub fn read_ahead_of_scan(&self, pages: &mut Vec<u32>) {
+        self.queue_certain(pages, ThreadClass::Gc, Certain::ScanAhead);
+    }
+
     /// Queues pages that will be read for certain (a hint or a pause's), lowest first, in
     /// windows of the prefetch depth, within their cap.
     fn queue_certain(&self, pages: &mut Vec<u32>, class: ThreadClass, certain: Certain) {
         let pf = self;
         let h = self.certain_counters(certain);
-        let (inflight, cap) = if certain == Certain::Pause {
-            (&pf.pause_inflight, pf.max_pause_inflight)
-        } else {
-            (&pf.hint_inflight, pf.max_hint_inflight)
-        };
+        let (inflight, cap) = pf.certain_cap(certain);
         h.requests.fetch_add(1, Ordering::Relaxed);
         h.pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
         pages.sort_unstable();
@@ -276,8 +295,13 @@ impl Prefetcher {
         }
         // In windows, each fetched and mapped as a unit: a fault on a page of a window waits
         // for that window only, not for the whole hint.
+        let queue = if certain == Certain::ScanAhead {
+            &pf.first
+        } else {
+            &pf.jobs
+        };
         for w in pages.chunks(self.ctx.config.prefetch_depth.max(1)) {
-            pf.jobs.push(Job {
+            queue.push(Job {
                 pages: w.to_vec(),
                 stream: None,
                 class,
@@ -293,7 +317,23 @@ impl Prefetcher {
         match certain {
             Certain::Hint => &self.counters.hints,
             Certain::Pause => &self.counters.pause_reads,
+            Certain::ScanAhead => &self.counters.scan_ahead,
             Certain::Cards => &self.counters.card_reads,
+        }
+    }
+
+    /// Pages a pause's bulk read may still queue before its cap.
+    pub fn pause_room(&self) -> usize {
+        self.max_pause_inflight
+            .saturating_sub(self.pause_inflight.load(Ordering::SeqCst))
+    }
+
+    /// The in-flight counter and cap of windows read for `certain`.
+    fn certain_cap(&self, certain: Certain) -> (&AtomicUsize, usize) {
+        match certain {
+            Certain::Pause => (&self.pause_inflight, self.max_pause_inflight),
+            Certain::ScanAhead => (&self.scan_ahead_inflight, self.max_pause_inflight),
+            Certain::Hint | Certain::Cards => (&self.hint_inflight, self.max_hint_inflight),
         }
     }
 
@@ -307,7 +347,14 @@ impl Prefetcher {
             if self.ctx.stop.load(Ordering::SeqCst) {
                 return;
             }
-            let job = local.pop().or_else(|| loop {
+            let first = || loop {
+                match pf.first.steal() {
+                    Steal::Success(j) => break Some(j),
+                    Steal::Empty => break None,
+                    Steal::Retry => {}
+                }
+            };
+            let job = first().or_else(|| local.pop()).or_else(|| loop {
                 match pf.jobs.steal_batch_and_pop(&local) {
                     Steal::Success(j) => break Some(j),
                     Steal::Empty => break None,
@@ -319,8 +366,7 @@ impl Prefetcher {
                     let n = job.pages.len();
                     let counter = match job.stream {
                         Some(_) => &pf.inflight,
-                        None if job.certain == Certain::Pause => &pf.pause_inflight,
-                        None => &pf.hint_inflight,
+                        None => pf.certain_cap(job.certain).0,
                     };
                     self.fetch_window(job, &mut buf);
                     counter.fetch_sub(n, Ordering::SeqCst);
@@ -405,7 +451,9 @@ impl Prefetcher {
         // A pause's pages serve the pause: admitted as its own faults' are, by their region;
         // other windows' on probation (or cold, as the policy says).
         let admission = |p: usize| {
-            let region = (job.certain == Certain::Pause)
+            let region = job
+                .certain
+                .is_pause()
                 .then(|| self.attribution.region_at(ctx.page_addr(p)))
                 .flatten();
             match ctx
@@ -413,15 +461,13 @@ impl Prefetcher {
                 .policy
                 .admission(job.class, Source::Prefetch, region)
             {
-                Admission::ColdAfterPause | Admission::HeldForPause
-                    if job.certain != Certain::Pause =>
-                {
+                Admission::ColdAfterPause | Admission::HeldForPause if !job.certain.is_pause() => {
                     Admission::Hot
                 }
                 a => a,
             }
         };
-        let arrival = if job.certain == Certain::Pause {
+        let arrival = if job.certain.is_pause() {
             Arrival::Fault
         } else {
             Arrival::Prefetched

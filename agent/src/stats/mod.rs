@@ -46,8 +46,10 @@ impl GcTimes {
             prefetch.map_or(0, |c| ld(f(c)))
         };
         GcDoc {
-            pause_read_pages: read(|c| &c.pause_reads.fetched),
-            pause_read_dropped: read(|c| &c.pause_reads.dropped),
+            pause_read_pages: read(|c| &c.pause_reads.fetched) + read(|c| &c.scan_ahead.fetched),
+            pause_read_dropped: read(|c| &c.pause_reads.dropped) + read(|c| &c.scan_ahead.dropped),
+            scan_ahead_pages: read(|c| &c.scan_ahead.fetched),
+            scan_ahead_dropped: read(|c| &c.scan_ahead.dropped),
             card_read_pages: read(|c| &c.card_reads.fetched),
             card_read_dropped: read(|c| &c.card_reads.dropped),
             pauses: self.pauses.load(Ordering::Relaxed),
