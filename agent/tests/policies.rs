@@ -14,7 +14,7 @@ use memliner_agent::policy::{Baseline, MemLiner, PagingPolicy, StreamScope};
 use swap_backend::LocalStore;
 
 mod common;
-use common::{start_pager, Region};
+use common::{start_pager, wait_until, Region};
 
 /// Threads registered as GC threads are of the class given at registration; all others are
 /// application threads.
@@ -59,6 +59,25 @@ fn start(region: &Region, budget: usize, policy: Arc<dyn PagingPolicy>, classes:
         Box::new(LocalStore::new(1 << 20)),
         Box::new(classes),
     )
+}
+
+/// A region of `pages` under `memliner` with `budget` pages local, every page written once
+/// (`pattern(p, 0, 1)`) and the reclaimer settled: the first pages written are remote.
+fn written(pages: usize, budget: usize) -> (Region, Classes, Pager) {
+    let region = Region::new(pages);
+    let classes = Classes::default();
+    let pager = start(&region, budget, memliner(), classes.clone());
+    for p in 0..region.pages {
+        region.write(p, 0, pattern(p, 0, 1));
+    }
+    pager.settle();
+    (region, classes, pager)
+}
+
+/// The pager's residency map: one byte a page of its region, 0 where the page is local.
+fn residency(pager: &Pager, pages: usize) -> &[u8] {
+    // SAFETY: the residency map has one byte per page and lives as long as the pager.
+    unsafe { std::slice::from_raw_parts(pager.residency_map(), pages) }
 }
 
 fn memliner() -> Arc<dyn PagingPolicy> {
@@ -173,8 +192,7 @@ fn gc_scan_after_app_work(policy: Arc<dyn PagingPolicy>) -> ((Pager, Region), us
             }
         });
     });
-    // SAFETY: the residency map has one byte per page and lives as long as the pager.
-    let map = unsafe { std::slice::from_raw_parts(pager.residency_map(), region.pages) };
+    let map = residency(&pager, region.pages);
     let hot_resident = map[..HOT].iter().filter(|r| **r == 0).count();
     ((pager, region), hot_resident)
 }
@@ -245,8 +263,7 @@ fn an_application_write_promotes_a_page_the_gc_brought_in() {
             .collect::<Vec<_>>()
     );
     gc(200..500);
-    // SAFETY: as above.
-    let map = unsafe { std::slice::from_raw_parts(pager.residency_map(), region.pages) };
+    let map = residency(&pager, region.pages);
     assert_eq!(map[100], 0, "the promoted page outlives the GC's own pages");
     assert_eq!(region.read(100, 0), pattern(100, 0, 1));
     assert_eq!(region.read(100, 1), 42);
@@ -275,8 +292,7 @@ fn pages_a_pause_brought_in_go_cold_when_it_ends() {
             }
         });
     });
-    // SAFETY: the residency map has one byte per page and lives as long as the pager.
-    let map = unsafe { std::slice::from_raw_parts(pager.residency_map(), region.pages) };
+    let map = residency(&pager, region.pages);
     assert!(
         map[500..564].iter().all(|r| *r == 0),
         "the pause keeps its pages"
@@ -316,15 +332,8 @@ fn pages_a_pause_brought_in_go_cold_when_it_ends() {
 
 #[test]
 fn pages_a_patched_collector_hints_are_fetched_cold_before_it_reads_them() {
-    let region = Region::new(1024);
-    let classes = Classes::default();
-    let pager = start(&region, 128, memliner(), classes.clone());
-    for p in 0..region.pages {
-        region.write(p, 0, pattern(p, 0, 1));
-    }
-    pager.settle();
-    // SAFETY: the residency map has one byte per page and lives as long as the pager.
-    let map = unsafe { std::slice::from_raw_parts(pager.residency_map(), region.pages) };
+    let (region, classes, pager) = written(1024, 128);
+    let map = residency(&pager, region.pages);
     // Hints have their own in-flight cap: 32 pages at this budget.
     let hinted: Vec<usize> = (600..616).filter(|&p| map[p] != 0).collect();
     assert_eq!(hinted.len(), 16, "the hinted pages start remote");
@@ -337,15 +346,10 @@ fn pages_a_patched_collector_hints_are_fetched_cold_before_it_reads_them() {
     addrs.push(region.base + region.pages * 4096 + 8);
     pager.hint(&addrs);
     let hints = &pager.prefetch_counters().unwrap().hints;
-    // The worker fetches in the background: wait for its count, not for a time.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while hints.fetched.load(Ordering::SeqCst) < 16 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "hinted pages not fetched: {hints:?}"
-        );
-        std::thread::yield_now();
-    }
+    wait_until(
+        || hints.fetched.load(Ordering::SeqCst) >= 16,
+        || format!("hinted pages not fetched: {hints:?}"),
+    );
     assert_eq!(
         hints.pages.load(Ordering::SeqCst),
         32,
@@ -397,13 +401,10 @@ fn pages_a_patched_collector_hints_are_fetched_cold_before_it_reads_them() {
     pager.hint(&addrs);
     let done =
         || hints.fetched.load(Ordering::SeqCst) - f0 + hints.dropped.load(Ordering::SeqCst) - d0;
-    while done() < remote.len() as u64 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "hint neither fetched nor dropped: {hints:?}"
-        );
-        std::thread::yield_now();
-    }
+    wait_until(
+        || done() >= remote.len() as u64,
+        || format!("hint neither fetched nor dropped: {hints:?}"),
+    );
     assert!(
         hints.dropped.load(Ordering::SeqCst) > d0,
         "{} remote pages fit: {hints:?}",
@@ -475,15 +476,8 @@ fn pages_read_for_a_pause_never_undo_a_write() {
 fn a_pause_reads_the_dirty_cards_just_ahead_of_its_scan() {
     use memliner_agent::gc_activity::{RegionKind, RegionMap, RegionSpan};
     use memliner_agent::pager::SCAN_AHEAD;
-    let region = Region::new(1024);
-    let classes = Classes::default();
-    let pager = start(&region, 256, memliner(), classes.clone());
-    for p in 0..region.pages {
-        region.write(p, 0, pattern(p, 0, 1));
-    }
-    pager.settle();
-    // SAFETY: the residency map has one byte per page and lives as long as the pager.
-    let map = unsafe { std::slice::from_raw_parts(pager.residency_map(), region.pages) };
+    let (region, classes, pager) = written(1024, 256);
+    let map = residency(&pager, region.pages);
     let g = SCAN_AHEAD / 4096;
     assert!(region.pages >= 3 * g && map[..2 * g].iter().all(|r| *r != 0));
     // The card table: a page holds a dirty card when it is a multiple of `stride`.
@@ -513,16 +507,11 @@ fn a_pause_reads_the_dirty_cards_just_ahead_of_its_scan() {
     ]);
     let counters = pager.prefetch_counters().unwrap();
     let (ahead, whole) = (&counters.scan_ahead, &counters.pause_reads);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    // The prefetch workers read in the background: wait for the pages, not for a time.
     let wait_for = |pages: &[usize]| {
-        while let Some(p) = pages.iter().find(|&&p| map[p] != 0) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "page {p} not read ahead: {counters:?}"
-            );
-            std::thread::yield_now();
-        }
+        wait_until(
+            || pages.iter().all(|&p| map[p] == 0),
+            || format!("pages not read ahead: {counters:?}"),
+        )
     };
     let from = g + 45;
     let expected: Vec<usize> = (from..2 * g).filter(|p| p % 4 == 0).collect();

@@ -117,3 +117,13 @@ impl Drop for Region {
         unsafe { libc::munmap(self.base as *mut _, self.pages * PAGE_SIZE) };
     }
 }
+
+/// Waits until `done` holds (the pager's threads work in the background: a test waits for a
+/// state, never for a time); fails with `what` after a minute.
+pub fn wait_until(mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{}", what());
+        std::thread::yield_now();
+    }
+}
