@@ -107,7 +107,8 @@ impl PauseReads {
             return;
         }
         self.read_ahead(p, page);
-        if self.cards_done.swap(true, Ordering::SeqCst) {
+        // A load first: every old-region fault of the pause comes here, the swap once.
+        if self.cards_done.load(Ordering::Relaxed) || self.cards_done.swap(true, Ordering::SeqCst) {
             return;
         }
         let Some(pages) = self.dirty_card_pages(p, p.attribution.pause_spans().iter()) else {
@@ -140,7 +141,10 @@ impl PauseReads {
     /// from `page` to the granule's end, ahead of every other read.
     fn read_ahead(&self, p: &Using<'_>, page: usize) {
         let g = page * swap_backend::PAGE_SIZE / SCAN_AHEAD;
-        if self.scanned_ahead.set(g, true, Ordering::Relaxed) {
+        // A load first: the word is shared by the pause's threads, set once per granule.
+        if self.scanned_ahead.get(g, Ordering::Relaxed)
+            || self.scanned_ahead.set(g, true, Ordering::Relaxed)
+        {
             return;
         }
         let ahead = ahead_of(

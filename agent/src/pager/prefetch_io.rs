@@ -324,8 +324,8 @@ impl Prefetcher {
 
     /// Pages a pause's bulk read may still queue before its cap.
     pub fn pause_room(&self) -> usize {
-        self.max_pause_inflight
-            .saturating_sub(self.pause_inflight.load(Ordering::SeqCst))
+        let (inflight, cap) = self.certain_cap(Certain::Pause);
+        cap.saturating_sub(inflight.load(Ordering::SeqCst))
     }
 
     /// The in-flight counter and cap of windows read for `certain`.
