@@ -13,10 +13,13 @@
 //!   root into that region (G1 scans the cards of old regions that point into the collection
 //!   set; it never evacuates a region it keeps);
 //! - a page of a humongous region: a large object's cards scanned, or its eager reclaim;
+//! - a page of a region free at the pause's start: the pause copied objects into it (G1 takes
+//!   its survivor and old destinations from the free regions) and found it remote: pushed out
+//!   since the pause filled part of it, or holding dead bytes the store kept;
 //! - the pause was a full collection, or G1's remark or cleanup: the whole pause is that.
 //!
 //! Nothing here guesses: a page whose region was not known at the pause's start (no reader of
-//! the collector's layout, a region free then) is `pause_other`.
+//! the collector's layout, a concurrent collector's collection set) is `pause_other`.
 
 pub use memliner_contracts::model::GcActivity;
 
@@ -149,7 +152,8 @@ impl PauseFacts<'_> {
             Some(RegionKind::Old) if self.freed(addr) => GcActivity::MixedEvacuation,
             Some(RegionKind::Old) => GcActivity::CardScan,
             Some(RegionKind::Humongous) => GcActivity::Humongous,
-            Some(RegionKind::Free | RegionKind::CollectionSet) | None => GcActivity::PauseOther,
+            Some(RegionKind::Free) => GcActivity::CopyDestination,
+            Some(RegionKind::CollectionSet) | None => GcActivity::PauseOther,
         }
     }
 
@@ -224,7 +228,7 @@ mod tests {
                 GcActivity::CardScan,
                 GcActivity::CardScan,
                 GcActivity::Humongous,
-                GcActivity::PauseOther,
+                GcActivity::CopyDestination,
                 GcActivity::PauseOther,
             ]
         );
@@ -302,6 +306,7 @@ mod tests {
                 "humongous",
                 "remark_cleanup",
                 "full_gc",
+                "copy_destination",
                 "pause_other",
                 "concurrent_mark",
                 "concurrent_refinement",
@@ -312,7 +317,7 @@ mod tests {
         );
         for (i, a) in GcActivity::ALL.iter().enumerate() {
             assert_eq!(*a as usize, i);
-            assert_eq!(a.in_pause(), i < 7);
+            assert_eq!(a.in_pause(), i < 8);
         }
     }
 }

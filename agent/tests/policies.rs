@@ -14,7 +14,7 @@ use memliner_agent::policy::{Baseline, MemLiner, PagingPolicy, StreamScope};
 use swap_backend::LocalStore;
 
 mod common;
-use common::{start_pager, wait_until, Region};
+use common::{residency, start_pager, wait_until, Region};
 
 /// Threads registered as GC threads are of the class given at registration; all others are
 /// application threads.
@@ -75,11 +75,6 @@ fn written(pages: usize, budget: usize) -> (Region, Classes, Pager) {
 }
 
 /// The pager's residency map: one byte a page of its region, 0 where the page is local.
-fn residency(pager: &Pager, pages: usize) -> &[u8] {
-    // SAFETY: the residency map has one byte per page and lives as long as the pager.
-    unsafe { std::slice::from_raw_parts(pager.residency_map(), pages) }
-}
-
 fn memliner() -> Arc<dyn PagingPolicy> {
     Arc::new(MemLiner {
         prefetch: true,

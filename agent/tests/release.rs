@@ -3,7 +3,8 @@
 //! reads back as zeros without a remote fetch, and gives its budget back; pages outside, and a
 //! page only partly inside, keep their bytes. A page whose write-back is in flight when its
 //! range is released is dropped too, and stays dropped once the write lands. Mapped pages are
-//! dropped only while the budget is short; with room to spare they stay as they are.
+//! dropped only while the budget is short; with room to spare they stay as they are, and a
+//! clean one is dropped when it is evicted rather than fetched back.
 
 // Tests map regions and read the pager's residency map raw.
 #![allow(unsafe_code)]
@@ -17,7 +18,7 @@ use memliner_agent::policy::Baseline;
 use swap_backend::{LocalStore, PageStore, StoreError, PAGE_SIZE};
 
 mod common;
-use common::{start_pager, AllApp, Region};
+use common::{residency, start_pager, AllApp, Region};
 
 const PAGES: usize = 256;
 const BUDGET: usize = 32;
@@ -138,6 +139,58 @@ fn mapped_pages_are_dropped_only_while_the_budget_is_short() {
     for p in lo + BUDGET / 4..hi {
         assert_eq!(region.read(p, 7), 0, "page {p} released while short");
     }
+}
+
+/// Left mapped with room to spare, a released page the JVM had only read (clean: its copy
+/// current in the store) is dead all the same: pushed out unwritten, it reads back as zeros
+/// without a fetch, never as the bytes the store still holds (a pause copying into a reused
+/// region would fetch them only to overwrite them).
+#[test]
+fn a_clean_page_left_mapped_is_not_fetched_back_once_evicted() {
+    let region = Region::new(PAGES);
+    let pager = start(&region, Box::new(LocalStore::new(PAGES as u64)));
+    let value = |p: usize| 0xc1ea_0000 + p as u64;
+    let remote = || {
+        pager.counters().faults[ThreadClass::Application as usize][FaultKind::Remote as usize]
+            .load(Ordering::SeqCst)
+    };
+    for p in 0..PAGES {
+        region.write(p, 7, value(p));
+    }
+    pager.settle();
+    // Room made while short: the last pages written are dropped.
+    let tail = PAGES - BUDGET / 2;
+    pager.release(region.base + tail * PAGE_SIZE, (PAGES - tail) * PAGE_SIZE);
+    // Read back from the store into that room (a run of pages only the store holds): mapped
+    // clean.
+    let n = BUDGET / 4;
+    let lo = residency(&pager, PAGES)[..tail]
+        .windows(n)
+        .position(|w| w.iter().all(|&r| r == 1))
+        .expect("a run of remote pages");
+    let hi = lo + n;
+    let before = remote();
+    for p in lo..hi {
+        assert_eq!(region.read(p, 7), value(p), "page {p}");
+    }
+    assert_eq!(remote() - before, (hi - lo) as u64, "each page fetched");
+    // A collection ends with nothing evicted since: the budget has room to spare.
+    pager.gc_pause_finished(None, Default::default());
+    release_leaves_mapped(&pager, &region, (lo, hi), value, "read, then released");
+    // Pushed out by other pages, unwritten since.
+    for p in (0..lo).chain(hi..tail) {
+        region.write(p, 7, 1);
+    }
+    pager.settle();
+    let before = remote();
+    for p in lo..hi {
+        assert_eq!(
+            region.read(p, 7),
+            0,
+            "released page {p}, evicted since, is zero-filled"
+        );
+    }
+    assert_eq!(remote(), before, "no released page fetched back");
 }
 
 #[test]

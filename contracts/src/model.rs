@@ -124,6 +124,10 @@ pub enum GcActivity {
     RemarkCleanup,
     /// A full (compacting) collection.
     FullGc,
+    /// A pause copying into a region free when it started (G1's survivor and old
+    /// destinations): a page it had filled and that was pushed out before it was done, or
+    /// one whose dead bytes the store still held.
+    CopyDestination,
     /// A pause whose page lay where the collector's layout said nothing (or no layout).
     PauseOther,
     /// Concurrent marking threads (`G1 Conc#`, `G1 Main Marker`): root regions, marking,

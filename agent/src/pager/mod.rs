@@ -6,6 +6,7 @@
 //! Untouched --first touch (zero fill)--> CleanZero (read) | Dirty (write)
 //! Remote    --fetch------------------->  Clean (read)     | Dirty (write)
 //! Clean/CleanZero --write (WP fault)---> Dirty
+//! Clean   --released, left mapped----->  CleanZero (the store's copy forgotten: dead bytes)
 //! mapped  --deactivate (reclaimer)---->  InactiveClean | InactiveDirty   (bytes in a slot)
 //! Inactive --touch (local fault)------>  mapped again, referenced
 //! InactiveClean --evict--------------->  Remote (stored copy current) | Untouched (zeros)

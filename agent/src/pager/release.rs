@@ -12,6 +12,9 @@
 //! write-back of the same page on another connection, and the store never holds more than one
 //! copy per heap page anyway.
 //!
+//! A clean page left mapped forgets the store's copy: its eviction, unwritten, then drops it
+//! like a page of zeros, instead of leaving its garbage remote for the region's reuse to fetch.
+//!
 //! # Mapped pages only when the budget is short
 //! Dropping a mapped page gives its budget back, but the JVM reuses free regions for new
 //! objects: the reuse then costs a zero-fill fault, where the page left mapped is reused in
@@ -135,16 +138,28 @@ fn drop_pages(
     let mut held = Vec::new();
     let mut mapped: Vec<Claim<'_>> = Vec::new();
     let leave = what == Mapped::Leave;
+    // Left mapped, a clean page is still claimed: its store copy is forgotten (below).
+    let left_as_is = |s: PageState| leave && matches!(s, PageState::CleanZero | PageState::Dirty);
     for p in pages {
-        let wanted = |s: PageState| s != PageState::Untouched && !(leave && s.is_mapped());
+        let wanted = |s: PageState| s != PageState::Untouched && !left_as_is(s);
         let Some(c) = ctx.table.claim_if(p, wanted) else {
             match ctx.table.get(p) {
                 PageState::Busy => held.push(p),
-                s if leave && s.is_mapped() => out.left_mapped += 1,
+                s if left_as_is(s) => out.left_mapped += 1,
                 _ => {}
             }
             continue;
         };
+        if leave && c.from() == PageState::Clean {
+            // Its bytes are dead: without the store's copy, its eviction unwritten drops it
+            // (the next touch zero-fills) instead of leaving it remote for the region's reuse
+            // to fetch garbage (a pause copying into the region: `copy_destination`). A dirty
+            // page cannot be told from one the JVM writes after reusing it: it stays as is.
+            ctx.table.set_stored(p, false);
+            c.finish(PageState::CleanZero);
+            out.left_mapped += 1;
+            continue;
+        }
         if c.from().is_mapped() {
             mapped.push(c);
             continue;

@@ -118,6 +118,12 @@ impl Drop for Region {
     }
 }
 
+/// The pager's residency map: one byte per page, 1 = remote (a touch fetches it).
+pub fn residency(pager: &Pager, pages: usize) -> &[u8] {
+    // SAFETY: the residency map has one byte per page and lives as long as the pager.
+    unsafe { std::slice::from_raw_parts(pager.residency_map(), pages) }
+}
+
 /// Waits until `done` holds (the pager's threads work in the background: a test waits for a
 /// state, never for a time); fails with `what` after a minute.
 pub fn wait_until(mut done: impl FnMut() -> bool, what: impl Fn() -> String) {

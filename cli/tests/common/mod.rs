@@ -271,7 +271,7 @@ pub fn cell_on(
     let pause_other = s.gc_faults[&GcActivity::PauseOther].remote;
     if gc != "Shenandoah" {
         // G1's regions and Parallel's spaces are read at each pause's start: a pause's fault
-        // lies in one of them (a free region's page a pause allocates into is the exception).
+        // lies in one of them (a G1 region free then is a copy destination).
         assert!(
             pause_other * 20 <= faults.by_class.gc.remote.max(20),
             "{what}: {pause_other} of {} pause faults unattributed: {:?}",

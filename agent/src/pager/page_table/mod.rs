@@ -19,7 +19,8 @@ pub enum PageState {
     Untouched = 0,
     /// Only the store holds it.
     Remote = 1,
-    /// Mapped write-protected, all zeros, no stored copy.
+    /// Mapped write-protected, no stored copy: all zeros, or dead bytes (a released page left
+    /// mapped). Evicted unwritten, it zero-fills.
     CleanZero = 2,
     /// Mapped write-protected, the stored copy is current.
     Clean = 3,
