@@ -506,13 +506,19 @@ impl Reclaimer {
             if over == 0 {
                 return Evicted::Pages(total);
             }
-            // Keep the inactive list one batch above its target, so that a page deactivated
-            // now waits a target's worth of evictions for its touch before it is evicted.
+            // Keep the inactive list up to one batch above its target, so that a page
+            // deactivated now waits a target's worth of evictions for its touch before it is
+            // evicted. Refilled half a batch or more at a time: a deactivation costs a TLB
+            // shootdown for its discard whatever its size (and one per run of dirty pages it
+            // write-protects), and topping the list up page by page, as every direct reclaim
+            // of one page did, cost one per page (graph at 25% of 256 MiB: 164k deactivations
+            // of 5.8 pages on average; 19k of 47 refilled this way, shootdowns 0.77x, wall
+            // 0.90x paired).
             let target = self.sizer.target();
             let waiting = || self.lists.lock().unwrap().len(List::Inactive);
             let have = waiting();
             let mut deactivated = 0;
-            if have < target + batch {
+            if have + batch / 2 <= target + batch {
                 match self.deactivate((target + batch - have).min(batch)) {
                     Evicted::Pages(n) => deactivated = n,
                     Evicted::Again => return Evicted::Again,
