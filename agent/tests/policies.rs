@@ -74,7 +74,6 @@ fn written(pages: usize, budget: usize) -> (Region, Classes, Pager) {
     (region, classes, pager)
 }
 
-/// The pager's residency map: one byte a page of its region, 0 where the page is local.
 fn memliner() -> Arc<dyn PagingPolicy> {
     Arc::new(MemLiner {
         prefetch: true,

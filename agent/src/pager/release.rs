@@ -150,18 +150,19 @@ fn drop_pages(
             }
             continue;
         };
-        if leave && c.from() == PageState::Clean {
-            // Its bytes are dead: without the store's copy, its eviction unwritten drops it
-            // (the next touch zero-fills) instead of leaving it remote for the region's reuse
-            // to fetch garbage (a pause copying into the region: `copy_destination`). A dirty
-            // page cannot be told from one the JVM writes after reusing it: it stays as is.
-            ctx.table.set_stored(p, false);
-            c.finish(PageState::CleanZero);
-            out.left_mapped += 1;
-            continue;
-        }
         if c.from().is_mapped() {
-            mapped.push(c);
+            if leave {
+                // Clean (`left_as_is` passes the others by), its bytes dead: without the
+                // store's copy, its eviction unwritten drops it (the next touch zero-fills)
+                // instead of leaving it remote for the region's reuse to fetch garbage (a
+                // pause copying into the region: `copy_destination`). A dirty page cannot be
+                // told from one the JVM writes after reusing it: it stays as is.
+                ctx.table.set_stored(p, false);
+                c.finish(PageState::CleanZero);
+                out.left_mapped += 1;
+            } else {
+                mapped.push(c);
+            }
             continue;
         }
         out.remote += u64::from(c.from() == PageState::Remote);

@@ -517,9 +517,10 @@ impl Reclaimer {
             let target = self.sizer.target();
             let waiting = || self.lists.lock().unwrap().len(List::Inactive);
             let have = waiting();
+            let deficit = (target + batch).saturating_sub(have);
             let mut deactivated = 0;
-            if have + batch / 2 <= target + batch {
-                match self.deactivate((target + batch - have).min(batch)) {
+            if deficit >= batch.div_ceil(2) {
+                match self.deactivate(deficit.min(batch)) {
                     Evicted::Pages(n) => deactivated = n,
                     Evicted::Again => return Evicted::Again,
                     Evicted::NoVictim => {}
