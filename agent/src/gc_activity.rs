@@ -54,6 +54,8 @@ pub struct RegionMap {
     /// The collector evacuates concurrently and the map holds its collection set: its
     /// concurrent threads' work is told from it (`concurrent_activity`).
     concurrent_cset: bool,
+    /// The collector's region size in bytes, its regions aligned to it (G1); 0: not known.
+    grain: usize,
 }
 
 impl RegionMap {
@@ -98,7 +100,62 @@ impl RegionMap {
         RegionMap {
             spans: merged,
             concurrent_cset: false,
+            grain: 0,
         }
+    }
+
+    /// The map of a collector whose regions are `grain` bytes, aligned to it (G1).
+    pub fn with_grain(self, grain: usize) -> RegionMap {
+        RegionMap { grain, ..self }
+    }
+
+    /// The collector named `addrs` as pages its pause will evacuate (a patched G1's mixed
+    /// collection names the live pages of its collection set's old regions): the regions
+    /// holding them become `CollectionSet` spans. Without a region size, or for an address
+    /// the map does not hold, nothing changes.
+    pub fn collecting(&mut self, addrs: &[usize]) {
+        if self.grain == 0 || !self.grain.is_power_of_two() {
+            return;
+        }
+        let mut regions: Vec<usize> = addrs
+            .iter()
+            .filter(|&&a| matches!(self.kind_at(a), Some(k) if k != RegionKind::CollectionSet))
+            .map(|&a| a & !(self.grain - 1))
+            .collect();
+        regions.sort_unstable();
+        regions.dedup();
+        if regions.is_empty() {
+            return;
+        }
+        let mut spans = Vec::with_capacity(self.spans.len() + 2 * regions.len());
+        for s in &self.spans {
+            let mut at = s.start;
+            let first = regions.partition_point(|&r| r + self.grain <= s.start);
+            for &r in regions[first..].iter().take_while(|&&r| r < s.end) {
+                let (start, end) = (r.max(s.start), (r + self.grain).min(s.end));
+                if at < start {
+                    spans.push(RegionSpan {
+                        start: at,
+                        end: start,
+                        ..*s
+                    });
+                }
+                spans.push(RegionSpan {
+                    start,
+                    end,
+                    kind: RegionKind::CollectionSet,
+                });
+                at = end;
+            }
+            if at < s.end {
+                spans.push(RegionSpan { start: at, ..*s });
+            }
+        }
+        *self = RegionMap {
+            concurrent_cset: self.concurrent_cset,
+            grain: self.grain,
+            ..RegionMap::new(spans)
+        };
     }
 
     pub fn is_empty(&self) -> bool {
@@ -153,6 +210,10 @@ impl PauseFacts<'_> {
             Some(RegionKind::Old) => GcActivity::CardScan,
             Some(RegionKind::Humongous) => GcActivity::Humongous,
             Some(RegionKind::Free) => GcActivity::CopyDestination,
+            // Named by a patched G1 as its mixed collection's (`RegionMap::collecting`).
+            Some(RegionKind::CollectionSet) if !self.start.concurrent_cset => {
+                GcActivity::MixedEvacuation
+            }
             Some(RegionKind::CollectionSet) | None => GcActivity::PauseOther,
         }
     }
@@ -262,6 +323,55 @@ mod tests {
             ..young
         };
         assert!(at(&f, &faults).iter().all(|&a| a == GcActivity::PauseOther));
+    }
+
+    /// A patched G1 names pages of its mixed collection's old regions when the pause has
+    /// chosen them: the regions holding them (by G1's region size) become the pause's
+    /// collection set, wherever in the region the named page lies, and faults there are
+    /// mixed evacuation even when the pause keeps the region (an evacuation failure);
+    /// without a region size nothing changes.
+    #[test]
+    fn regions_named_by_the_collector_are_its_collection_set() {
+        let start = RegionMap::new(vec![
+            span(0, 1, RegionKind::Young),
+            span(1, 5, RegionKind::Old),
+            span(6, 1, RegionKind::Free),
+        ]);
+        let mut no_grain = start.clone();
+        no_grain.collecting(&[2 * R]);
+        assert_eq!(no_grain, start, "no region size: no change");
+        let mut m = start.with_grain(R);
+        // Regions 2 and 4 (two pages of 2, one in the middle of 4), and an address past the
+        // map: ignored.
+        m.collecting(&[2 * R + 4096, 2 * R + 8192, 4 * R + R / 2, 9 * R]);
+        assert_eq!(
+            m.spans(),
+            &[
+                span(0, 1, RegionKind::Young),
+                span(1, 1, RegionKind::Old),
+                span(2, 1, RegionKind::CollectionSet),
+                span(3, 1, RegionKind::Old),
+                span(4, 1, RegionKind::CollectionSet),
+                span(5, 1, RegionKind::Old),
+                span(6, 1, RegionKind::Free),
+            ]
+        );
+        // Named again (a second batch), and a neighbour: merged with it.
+        m.collecting(&[2 * R, 3 * R]);
+        assert_eq!(m.spans()[2], span(2, 3, RegionKind::CollectionSet));
+        let f = PauseFacts {
+            kind: PauseKind::Incremental,
+            start: &m,
+            free_at_end: &[(0, R), (2 * R, 3 * R)],
+        };
+        assert_eq!(f.classify(2 * R + 4096), GcActivity::MixedEvacuation);
+        assert_eq!(
+            f.classify(4 * R),
+            GcActivity::MixedEvacuation,
+            "kept (evacuation failed): still its collection set"
+        );
+        assert_eq!(f.classify(5 * R), GcActivity::CardScan);
+        assert_eq!(f.classify(0), GcActivity::YoungEvacuation);
     }
 
     /// Shenandoah's cycle as its pauses leave it: no collection set (marking), one (its pages

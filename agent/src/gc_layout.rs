@@ -423,6 +423,8 @@ impl GcLayout {
     /// `dead_ranges`.
     pub unsafe fn region_map(&self) -> RegionMap {
         let mut spans = Vec::new();
+        // G1's region size (every region's), its regions aligned to it; 0 elsewhere.
+        let mut grain = 0;
         // SAFETY: as in `dead_ranges`: the VM's own structures at offsets it describes, at a
         // safepoint (the caller's contract).
         unsafe {
@@ -432,6 +434,7 @@ impl GcLayout {
                     free_tag,
                     ..
                 } => self.g1_regions(|bottom, end, _, tag| {
+                    grain = end - bottom;
                     let kind = if tag == *free_tag {
                         RegionKind::Free
                     } else if tag & m.young != 0 {
@@ -484,7 +487,7 @@ impl GcLayout {
                 Layout::G1 { masks: None, .. } => {}
             }
         }
-        RegionMap::new(spans)
+        RegionMap::new(spans).with_grain(grain)
     }
 
     /// Calls `f(bottom, end, top, tag)` for each committed G1 region.

@@ -209,7 +209,8 @@ impl PagingPolicy for MemLiner {
         // next. Pages the GC zero-fills are copy destinations: survivors the application will
         // use, so they are admitted like the application's own. Concurrent tracing touches
         // each object once while the application runs: cold at once. A pause's pages serve
-        // the pause: its young regions' are held until it ends (it reads them again for every
+        // the pause: its young regions' and its collection set's (a patched G1 names a mixed
+        // collection's old regions) are held until it ends (it reads them again for every
         // reference to an object it copied, then frees them); an old region's it faults on
         // through a card, writes the updated reference back at once and is done with: cold at
         // once (read ahead of the scan: held until the pause ends); others cold when it ends.
@@ -219,7 +220,9 @@ impl PagingPolicy for MemLiner {
                 Admission::ColdUnlessReread
             }
             (ThreadClass::GcConcurrent, _, _) => Admission::Cold,
-            (ThreadClass::Gc, _, Some(RegionKind::Young)) => Admission::HeldForPause,
+            (ThreadClass::Gc, _, Some(RegionKind::Young | RegionKind::CollectionSet)) => {
+                Admission::HeldForPause
+            }
             (ThreadClass::Gc, Source::Demand, Some(RegionKind::Old | RegionKind::Humongous)) => {
                 Admission::Cold
             }
@@ -292,12 +295,19 @@ mod tests {
         assert_ne!(app1, gc, "same tid, other class: other stream");
         use RegionKind::{Humongous, Old, Young};
         // A pause's pages by their region at its start: the collection set's young regions
-        // held until it ends, an old region's faulted through a card cold at once (read
-        // ahead of the scan: held), a region not known cold when the pause ends.
+        // (and the old ones a patched G1 names) held until it ends, an old region's faulted
+        // through a card cold at once (read ahead of the scan: held), a region not known cold
+        // when the pause ends.
         let gc = |s, r| p.admission(ThreadClass::Gc, s, r);
         assert_eq!(gc(Source::Demand, None), Admission::ColdAfterPause);
         assert_eq!(gc(Source::Demand, Some(Young)), Admission::HeldForPause);
         assert_eq!(gc(Source::Prefetch, Some(Young)), Admission::HeldForPause);
+        for s in [Source::Demand, Source::Prefetch] {
+            assert_eq!(
+                gc(s, Some(RegionKind::CollectionSet)),
+                Admission::HeldForPause
+            );
+        }
         assert_eq!(gc(Source::Demand, Some(Old)), Admission::Cold);
         assert_eq!(gc(Source::Demand, Some(Humongous)), Admission::Cold);
         assert_eq!(gc(Source::Prefetch, Some(Old)), Admission::ColdAfterPause);

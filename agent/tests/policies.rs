@@ -567,3 +567,77 @@ fn a_pause_reads_the_dirty_cards_just_ahead_of_its_scan() {
         assert_eq!(region.read(p, 0), pattern(p, 0, 1), "page {p}");
     }
 }
+
+/// A patched G1's mixed collection names the live pages of its collection set's old regions
+/// once it has chosen them (the hooks' prefetch call, during the pause): the remote ones are
+/// read for the pause before its threads reach them, and the regions holding them are its
+/// collection set, so a fault on another of their pages counts as mixed evacuation, not as a
+/// card scan. Outside a pause the same call is a marking hint.
+#[test]
+fn a_mixed_collection_s_named_pages_are_read_for_it() {
+    use memliner_agent::gc_activity::{GcActivity, PauseKind, RegionKind, RegionMap, RegionSpan};
+    let (region, classes, pager) = written(1024, 128);
+    let map = residency(&pager, region.pages);
+    // Regions of 16 pages, aligned to their size as G1's are; eight old ones.
+    let grain = 16 * 4096;
+    let first = (region.base.next_multiple_of(grain) - region.base) / 4096;
+    let page = |p: usize| region.base + p * 4096;
+    let regions = RegionMap::new(vec![RegionSpan {
+        start: page(first),
+        end: page(first + 8 * 16),
+        kind: RegionKind::Old,
+    }])
+    .with_grain(grain);
+    let (r2, r3, r5) = (first + 2 * 16, first + 3 * 16, first + 5 * 16);
+    let named: Vec<usize> = (r2..r2 + 16).step_by(2).chain([r5]).collect();
+    let others = [r5 + 7, r3 + 1];
+    assert!(
+        named.iter().chain(&others).all(|&p| map[p] != 0),
+        "the pages start remote"
+    );
+    let counters = pager.prefetch_counters().unwrap();
+    let hinted_before = counters.hints.pages.load(Ordering::SeqCst);
+    pager.gc_pause_started(regions, true);
+    let addrs: Vec<usize> = named.iter().map(|&p| page(p) + 8).collect();
+    pager.hint(&addrs);
+    // A page is mapped before its read is counted.
+    wait_until(
+        || {
+            named.iter().all(|&p| map[p] == 0)
+                && counters.pause_reads.fetched.load(Ordering::SeqCst) >= named.len() as u64
+        },
+        || format!("named pages not read for the pause: {counters:?}"),
+    );
+    assert_eq!(
+        counters.hints.pages.load(Ordering::SeqCst),
+        hinted_before,
+        "read for the pause, not as a marking hint"
+    );
+    let remote = |a: GcActivity| pager.gc_faults()[a as usize].remote;
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            classes.join_as(ThreadClass::Gc);
+            for &p in named.iter().chain(&others) {
+                assert_eq!(region.read(p, 0), pattern(p, 0, 1), "page {p}");
+            }
+        });
+    });
+    let freed = [(page(r2), page(r2 + 16)), (page(r5), page(r5 + 16))];
+    pager.gc_pause_finished(Some((PauseKind::Incremental, &freed)), Default::default());
+    assert_eq!(
+        remote(GcActivity::MixedEvacuation),
+        1,
+        "only the page of region 5 nobody named faulted"
+    );
+    assert_eq!(
+        remote(GcActivity::CardScan),
+        1,
+        "region 3 was not collected"
+    );
+    // Between pauses: a marking hint.
+    pager.hint(&[page(r3 + 5)]);
+    assert_eq!(
+        counters.hints.pages.load(Ordering::SeqCst),
+        hinted_before + 1
+    );
+}

@@ -348,11 +348,13 @@ fn store_barriers_record_stored_references_in_every_compiler() {
 
 /// G1 counts every object it marks into its region's liveness, and at remark frees an old
 /// region whose count is zero. Its marking reads an object to count it, so with the hooks an
-/// object on a remote page is marked unread and counted later from the worker's buffer, in
-/// address order: one the bitmap scan traces (marked above the finger) only counted there.
-/// HotSpot's heap verification after remark (`VerifyDuringGC`) compares each region's count
-/// with the objects the bitmap marks in it and fails the JVM on one too small; a region freed
-/// while it held live objects fails it too, or the checksum.
+/// object on a remote page below the finger is marked unread and counted later from the
+/// worker's buffer, in address order, and one above the finger is marked unread and counted
+/// by the bitmap walk that scans it (a debt in a side bitmap, settled once). HotSpot's heap
+/// verification after remark (`VerifyDuringGC`) compares each region's count with the objects
+/// the bitmap marks in it and fails the JVM on one too small; a region freed while it held
+/// live objects fails it too, or the checksum. Remark's line says every debt was settled by
+/// the walk (none left for remark to settle).
 #[test]
 fn g1_counts_objects_marked_unread() {
     let Some(java) = patched_java() else { return };
@@ -363,7 +365,7 @@ fn g1_counts_objects_marked_unread() {
             "-XX:+VerifyDuringGC",
             "-XX:-G1UseAdaptiveIHOP",
             "-XX:InitiatingHeapOccupancyPercent=20",
-            "-Xlog:gc+verify=info",
+            "-Xlog:gc+verify=info,gc+marking=info",
         ];
         let cfg = RunConfig::default().local(25);
         let out = run_verified(&java, w, "G1", &cfg, &flags, &what);
@@ -378,11 +380,40 @@ fn g1_counts_objects_marked_unread() {
             "{what}: no verified remark after deferrals ({verified} verified, {h:?})\n{}",
             out.stdout
         );
+        let debts = marked_unread_lines(&out.stdout);
+        let owed: u64 = debts.iter().map(|d| d.0).sum();
+        assert!(
+            !debts.is_empty() && owed > 0,
+            "{what}: no object marked above the finger without being read ({debts:?})\n{}",
+            out.stdout
+        );
+        for &(o, walked, at_remark) in &debts {
+            assert!(
+                walked == o && at_remark == 0,
+                "{what}: {o} owed, {walked} settled by the walk, {at_remark} at remark"
+            );
+        }
         eprintln!(
-            "{what}: {verified} remarks verified, {} objects deferred",
+            "{what}: {verified} remarks verified, {} objects deferred, {owed} marked unread above the finger",
             h.deferred
         );
     }
+}
+
+/// Remark's `MemLinerMarkUnread: O objects marked without being read, W counted by the bitmap
+/// walk, R at remark` lines (`-Xlog:gc+marking=info`), as (O, W, R).
+fn marked_unread_lines(log: &str) -> Vec<(u64, u64, u64)> {
+    log.lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("MemLinerMarkUnread: ")? + "MemLinerMarkUnread: ".len()..];
+            let n: Vec<u64> = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|t| !t.is_empty())
+                .map(|t| t.parse().unwrap())
+                .collect();
+            (n.len() == 3).then(|| (n[0], n[1], n[2]))
+        })
+        .collect()
 }
 
 /// Whether a `Pause Full` line falls between a G1 `Concurrent Mark Cycle` start line and the

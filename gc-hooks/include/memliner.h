@@ -51,8 +51,10 @@ typedef struct memliner_hooks {
   /* offset 8: the heap view, or NULL before the heap is paged (or with policy=off). */
   const memliner_heap_view *(*heap_view)(void);
   /* offset 16: the GC will read these addresses soon: fetch their pages for the GC stream
-   * (admitted cold, so they do not displace the application's pages). Never blocks; a hint
-   * the agent cannot take is dropped. */
+   * (admitted cold, so they do not displace the application's pages). Called during a
+   * stop-the-world pause (G1's mixed collections name their old regions' live pages), the
+   * pages are read for the pause and their regions are taken as its collection set. Never
+   * blocks; a hint the agent cannot take is dropped. */
   void (*prefetch)(const uintptr_t *addrs, size_t n);
   /* offset 24: a MEMLINER_PHASE_* event. */
   void (*gc_phase)(uint32_t phase);

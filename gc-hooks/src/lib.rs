@@ -55,6 +55,9 @@ pub struct Hooks {
     pub version: u32,
     pub size: u32,
     pub heap_view: extern "C" fn() -> *const HeapView,
+    /// The GC will read these addresses soon: marking's deferred objects (fetched for the GC
+    /// stream, cold), or, during a pause, a mixed collection's old regions (read for the
+    /// pause, their regions its collection set).
     pub prefetch: extern "C" fn(addrs: *const usize, n: usize),
     pub gc_phase: extern "C" fn(phase: u32),
     pub counters: *const HookCounters,

@@ -56,6 +56,12 @@ impl Attribution {
         *self.pause_regions.write().unwrap() = regions;
     }
 
+    /// The collector named `addrs` as pages the pause under way evacuates: their regions
+    /// are its collection set from now on (`RegionMap::collecting`).
+    pub fn collecting(&self, addrs: &[usize]) {
+        self.pause_regions.write().unwrap().collecting(addrs);
+    }
+
     /// The spans of the pause under way's regions (empty between pauses).
     pub fn pause_spans(&self) -> Vec<RegionSpan> {
         self.pause_regions.read().unwrap().spans().to_vec()

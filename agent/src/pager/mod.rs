@@ -398,6 +398,7 @@ impl Pager {
             .attribution
             .pause_ended(facts, after, &mut |_, _| {});
         self.parts.phases.pause_finished();
+        self.parts.pause_reads.finished();
         self.room.collection_ended(&self.parts.ctx);
     }
 
@@ -455,19 +456,25 @@ impl Pager {
         self.parts.phases.set_marking(on);
     }
 
-    /// A patched collector will trace objects at `addrs` soon (gc-hooks): their remote pages
-    /// are fetched in the background. Addresses outside the heap are ignored. Never blocks.
+    /// A patched collector will read the objects at `addrs` soon (gc-hooks): during a
+    /// stop-the-world pause (G1's mixed collections name their old regions' live pages) they
+    /// are read for the pause (`PauseReads::named`); otherwise (marking's deferred objects)
+    /// their remote pages are fetched in the background for the concurrent GC threads.
+    /// Addresses outside the heap are ignored. Never blocks.
     pub fn hint(&self, addrs: &[usize]) {
-        let Some(pf) = &self.parts.prefetch else {
-            return;
-        };
         let ctx = &self.parts.ctx;
-        let mut pages: Vec<u32> = addrs
-            .iter()
-            .filter_map(|&a| ctx.page_of(a))
-            .map(|p| p as u32)
-            .collect();
-        pf.hint(&mut pages);
+        let pages: Vec<usize> = addrs.iter().filter_map(|&a| ctx.page_of(a)).collect();
+        if self
+            .parts
+            .pause_reads
+            .named(&self.parts.for_pause_reads(), &pages)
+        {
+            return;
+        }
+        if let Some(pf) = &self.parts.prefetch {
+            let mut pages: Vec<u32> = pages.into_iter().map(|p| p as u32).collect();
+            pf.hint(&mut pages);
+        }
     }
 
     /// A patched collector freed `[start, start + len)`: nothing there is read before it is
