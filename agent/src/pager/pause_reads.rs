@@ -121,12 +121,7 @@ impl PauseReads {
         if !self.reading.load(Ordering::Relaxed) {
             return true;
         }
-        let local: Vec<usize> = pages
-            .iter()
-            .copied()
-            .filter(|&q| p.ctx.table.get(q).is_mapped())
-            .collect();
-        p.reclaim.will_read(&local);
+        keep_local(p, pages);
         queue(p, pages.iter().copied(), Prefetcher::read_for_pause);
         true
     }
@@ -154,12 +149,7 @@ impl PauseReads {
         // Measured on a key-value cache at 25% local: three in four of the pages a pause
         // scans through cards were local when it started scanning, and two in three of its
         // card faults were on those, pushed out by the pause's own reads. They stay now.
-        let local: Vec<usize> = pages
-            .iter()
-            .copied()
-            .filter(|&q| p.ctx.table.get(q).is_mapped())
-            .collect();
-        p.reclaim.will_read(&local);
+        keep_local(p, &pages);
         // The remote ones, all at once where they all fit: lowest first is not the order the
         // pause scans them in (`SCAN_AHEAD`), so a list cut at the cap reads pages long before
         // their turn, and with the young regions' reads fills the budget the pause works in
@@ -222,6 +212,17 @@ impl PauseReads {
         reader(&old, &mut addrs)
             .then(|| addrs.into_iter().filter_map(|a| p.ctx.page_of(a)).collect())
     }
+}
+
+/// The mapped ones of `pages`, which the pause under way will read, get a reference each, so
+/// that its own faults push out other pages first.
+fn keep_local(p: &Using<'_>, pages: &[usize]) {
+    let local: Vec<usize> = pages
+        .iter()
+        .copied()
+        .filter(|&q| p.ctx.table.get(q).is_mapped())
+        .collect();
+    p.reclaim.will_read(&local);
 }
 
 /// The parts of `spans` within `[from, to)`.
