@@ -365,7 +365,7 @@ fn g1_counts_objects_marked_unread() {
             "-XX:+VerifyDuringGC",
             "-XX:-G1UseAdaptiveIHOP",
             "-XX:InitiatingHeapOccupancyPercent=20",
-            "-Xlog:gc+verify=info,gc+marking=info",
+            "-Xlog:gc+verify=info,gc+marking=info,gc=info,gc+ergo+cset=debug",
         ];
         let cfg = RunConfig::default().local(25);
         let out = run_verified(&java, w, "G1", &cfg, &flags, &what);
@@ -393,11 +393,32 @@ fn g1_counts_objects_marked_unread() {
                 "{what}: {o} owed, {walked} settled by the walk, {at_remark} at remark"
             );
         }
+        // Marking done sooner brings mixed collections into the run: each names the pages of
+        // its old regions to the agent (`-Xlog:gc+ergo+cset=debug`), and only a mixed one does.
+        let mixed = gc_ids_with(&out.stdout, "Pause Young (Mixed)");
+        let named = gc_ids_with(&out.stdout, "old regions named for the pause");
+        assert!(
+            named.iter().all(|id| mixed.contains(id)) && (mixed.is_empty() || !named.is_empty()),
+            "{what}: mixed pauses {mixed:?}, pauses that named their old regions {named:?}"
+        );
         eprintln!(
-            "{what}: {verified} remarks verified, {} objects deferred, {owed} marked unread above the finger",
-            h.deferred
+            "{what}: {verified} remarks verified, {} objects deferred, {owed} marked unread above the finger, {} of {} mixed pauses named their old regions",
+            h.deferred,
+            named.len(),
+            mixed.len()
         );
     }
+}
+
+/// The `GC(n)` numbers of the log lines that contain `what`.
+fn gc_ids_with(log: &str, what: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains(what))
+        .filter_map(|l| {
+            let id = &l[l.find("GC(")? + 3..];
+            id[..id.find(')')?].parse().ok()
+        })
+        .collect()
 }
 
 /// Remark's `MemLinerMarkUnread: O objects marked without being read, W counted by the bitmap
