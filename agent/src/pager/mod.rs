@@ -265,7 +265,7 @@ impl Pager {
             room: Default::default(),
         };
         for span in spans {
-            remap::register_and_adopt(&pager.parts, span.start, span.end)?;
+            remap::register_and_adopt(&pager.parts, span.start, span.end, false)?;
         }
         pager.start_time = started.elapsed();
         // Adopted pages may exceed the budget: have the reclaimer trim now.
