@@ -114,8 +114,8 @@ impl RegionMap {
     /// holding them become `CollectionSet` spans. Without a region size, or for an address
     /// the map does not hold, nothing changes.
     pub fn collecting(&mut self, addrs: &[usize]) {
-        if self.grain == 0 || !self.grain.is_power_of_two() {
-            return;
+        if !self.grain.is_power_of_two() {
+            return; // 0: not known
         }
         let mut regions: Vec<usize> = addrs
             .iter()

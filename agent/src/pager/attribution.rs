@@ -57,9 +57,16 @@ impl Attribution {
     }
 
     /// The collector named `addrs` as pages the pause under way evacuates: their regions
-    /// are its collection set from now on (`RegionMap::collecting`).
-    pub fn collecting(&self, addrs: &[usize]) {
-        self.pause_regions.write().unwrap().collecting(addrs);
+    /// are its collection set from now on (`RegionMap::collecting`). False when no pause is
+    /// under way (its map is empty between pauses): nothing changes.
+    pub fn collecting(&self, addrs: &[usize]) -> bool {
+        // A read first: between pauses marking's hints come here, while GC faults read the map.
+        if self.pause_regions.read().unwrap().is_empty() {
+            return false;
+        }
+        let mut m = self.pause_regions.write().unwrap();
+        m.collecting(addrs);
+        !m.is_empty()
     }
 
     /// The spans of the pause under way's regions (empty between pauses).

@@ -398,7 +398,6 @@ impl Pager {
             .attribution
             .pause_ended(facts, after, &mut |_, _| {});
         self.parts.phases.pause_finished();
-        self.parts.pause_reads.finished();
         self.room.collection_ended(&self.parts.ctx);
     }
 
@@ -462,19 +461,23 @@ impl Pager {
     /// their remote pages are fetched in the background for the concurrent GC threads.
     /// Addresses outside the heap are ignored. Never blocks.
     pub fn hint(&self, addrs: &[usize]) {
-        let ctx = &self.parts.ctx;
-        let pages: Vec<usize> = addrs.iter().filter_map(|&a| ctx.page_of(a)).collect();
         if self
             .parts
             .pause_reads
-            .named(&self.parts.for_pause_reads(), &pages)
+            .named(&self.parts.for_pause_reads(), addrs)
         {
             return;
         }
-        if let Some(pf) = &self.parts.prefetch {
-            let mut pages: Vec<u32> = pages.into_iter().map(|p| p as u32).collect();
-            pf.hint(&mut pages);
-        }
+        let Some(pf) = &self.parts.prefetch else {
+            return;
+        };
+        let ctx = &self.parts.ctx;
+        let mut pages: Vec<u32> = addrs
+            .iter()
+            .filter_map(|&a| ctx.page_of(a))
+            .map(|p| p as u32)
+            .collect();
+        pf.hint(&mut pages);
     }
 
     /// A patched collector freed `[start, start + len)`: nothing there is read before it is

@@ -46,8 +46,6 @@ pub(super) struct PauseReads {
     cards_done: AtomicBool,
     /// Reads are on for the pause under way.
     reading: AtomicBool,
-    /// A pause is under way (from its start to its end).
-    under_way: AtomicBool,
     /// One bit per `SCAN_AHEAD` granule of the heap: its cards ahead were read in the pause
     /// under way.
     scanned_ahead: AtomicBits,
@@ -68,7 +66,6 @@ impl PauseReads {
             cards: OnceLock::new(),
             cards_done: AtomicBool::new(true),
             reading: AtomicBool::new(false),
-            under_way: AtomicBool::new(false),
             scanned_ahead: AtomicBits::new((npages * swap_backend::PAGE_SIZE).div_ceil(SCAN_AHEAD)),
         }
     }
@@ -83,7 +80,6 @@ impl PauseReads {
         self.scanned_ahead.clear();
         self.cards_done.store(!read, Ordering::SeqCst);
         self.reading.store(read, Ordering::SeqCst);
-        self.under_way.store(true, Ordering::SeqCst);
         if !read {
             return 0;
         }
@@ -98,12 +94,7 @@ impl PauseReads {
         )
     }
 
-    /// The pause under way has ended.
-    pub fn finished(&self) {
-        self.under_way.store(false, Ordering::SeqCst);
-    }
-
-    /// The collector named `pages` as pages the pause under way will read (a patched G1's
+    /// The collector named `addrs` as pages the pause under way will read (a patched G1's
     /// mixed collection: the pages of its old regions that hold live objects, named when it
     /// has chosen them). Their regions are the pause's collection set from now on: the pages
     /// it faults in there are held until it ends, as its young regions' are (it reads an
@@ -111,18 +102,16 @@ impl PauseReads {
     /// they went out and came back over and over: graph at 25% of 256 MiB, 144k faults on
     /// 10k pages). The local ones are kept from eviction until the pause has read them, the
     /// remote ones read in bulk for the pause. False, with nothing done, when no pause is
-    /// under way: the pages are then a marking hint.
-    pub fn named(&self, p: &Using<'_>, pages: &[usize]) -> bool {
-        if !self.under_way.load(Ordering::SeqCst) {
+    /// under way: the addresses are then a marking hint.
+    pub fn named(&self, p: &Using<'_>, addrs: &[usize]) -> bool {
+        if !p.attribution.collecting(addrs) {
             return false;
         }
-        let addrs: Vec<usize> = pages.iter().map(|&q| p.ctx.page_addr(q)).collect();
-        p.attribution.collecting(&addrs);
-        if !self.reading.load(Ordering::Relaxed) {
-            return true;
+        if self.reading.load(Ordering::Relaxed) {
+            let pages: Vec<usize> = addrs.iter().filter_map(|&a| p.ctx.page_of(a)).collect();
+            keep_local(p, &pages);
+            queue(p, pages.into_iter(), Prefetcher::read_for_pause);
         }
-        keep_local(p, pages);
-        queue(p, pages.iter().copied(), Prefetcher::read_for_pause);
         true
     }
 
