@@ -24,12 +24,24 @@ fn start_with(
     store: Box<dyn PageStore>,
     track_dirty: bool,
 ) -> Pager {
+    start_holding(region, budget, handlers, store, track_dirty, true)
+}
+
+fn start_holding(
+    region: &Region,
+    budget: usize,
+    handlers: usize,
+    store: Box<dyn PageStore>,
+    track_dirty: bool,
+    hold_in_pipe: bool,
+) -> Pager {
     start_pager(
         region,
         PagerConfig {
             handlers,
             fill_ahead: 3,
             track_dirty,
+            hold_in_pipe,
             // The riskier path: pages unmapped for sampling while they are written.
             ..common::config(budget)
         },
@@ -104,6 +116,69 @@ fn writes_survive_eviction_at_a_tiny_budget() {
         pager.peak_resident_pages()
     );
     assert!(pager.mincore_resident_pages() <= 16 + 3 + 1);
+    // Deactivated the cheap way: each batch held in a pipe across its one discard.
+    let r = pager.reclaim_counters();
+    assert!(r.deactivated_in_pipe.load(Ordering::SeqCst) > 100);
+    assert_eq!(r.deactivation_write_protects.load(Ordering::SeqCst), 0);
+}
+
+/// The way a kernel that refuses pipes (or a heap that forks could share) is evicted: every
+/// run of dirty victims write-protected before it is copied.
+#[test]
+fn writes_survive_eviction_when_each_run_is_write_protected() {
+    let region = Region::new(256);
+    let pager = start_holding(
+        &region,
+        16,
+        1,
+        Box::new(LocalStore::new(1 << 20)),
+        true,
+        false,
+    );
+    hammer(&region, 8, 4);
+    let r = pager.reclaim_counters();
+    assert!(pager.counters().evicted_dirty.load(Ordering::SeqCst) > 100);
+    assert!(r.deactivation_write_protects.load(Ordering::SeqCst) > 100);
+    assert_eq!(r.deactivated_in_pipe.load(Ordering::SeqCst), 0);
+}
+
+/// Pages the process touched before the pager took the region over may be mapped shared (a
+/// read maps the zero page), so they are write-protected, not held in a pipe, until the
+/// pager has installed them itself; and the region is kept from forked children.
+#[test]
+fn pages_touched_before_registration_are_write_protected_for_eviction() {
+    let region = Region::new(64);
+    for p in 0..32 {
+        region.write(p, 0, p as u64 + 1);
+    }
+    for p in 32..64 {
+        assert_eq!(region.read(p, 0), 0); // the zero page, mapped read-only
+    }
+    let pager = start(&region, 16, 1, Box::new(LocalStore::new(1 << 20)));
+    pager.settle();
+    let r = pager.reclaim_counters();
+    assert!(
+        r.deactivation_write_protects.load(Ordering::SeqCst) > 0,
+        "adopted pages were not write-protected"
+    );
+    assert_eq!(r.deactivated_in_pipe.load(Ordering::SeqCst), 0);
+    for p in 0..64 {
+        region.write(p, 1, 1000 + p as u64);
+    }
+    for p in 0..64 {
+        let first = if p < 32 { p as u64 + 1 } else { 0 };
+        assert_eq!(region.read(p, 0), first, "page {p}");
+        assert_eq!(region.read(p, 1), 1000 + p as u64, "page {p}");
+    }
+    // Installed by the pager since, they go through pipes.
+    assert!(r.deactivated_in_pipe.load(Ordering::SeqCst) > 0);
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let flags = smaps
+        .split("\n")
+        .skip_while(|l| !l.starts_with(&format!("{:x}-", region.base)))
+        .find(|l| l.starts_with("VmFlags:"))
+        .expect("the region in smaps");
+    assert!(flags.contains(" dc"), "not kept from forks: {flags}");
 }
 
 /// Threads add to words they all share (locked read-modify-writes, as a GC's CAS on a header

@@ -298,6 +298,15 @@ pub struct ReclaimDoc {
     /// cold (`policy=memliner`).
     #[serde(default)]
     pub cold_rereads_kept: u64,
+    /// Pages deactivated while a pipe held them across their discard: no write-protect, one
+    /// TLB shootdown for the batch (vmsplice; pages adopted at registration, or a kernel that
+    /// refuses, go the other way).
+    #[serde(default)]
+    pub deactivated_in_pipe: u64,
+    /// Write-protect calls of deactivations (one TLB shootdown each): one per run of dirty
+    /// victims not held in a pipe.
+    #[serde(default)]
+    pub deactivation_write_protects: u64,
     pub direct_reclaims: u64,
     /// Pages a fault's (or prefetch worker's) own reclaim made room with by dropping an
     /// inactive page that needed no write-back, instead of writing back or deactivating.
@@ -648,6 +657,8 @@ impl StatsDoc {
                     card_holds: 40,
                     evicted_pending_card: 7,
                     cold_rereads_kept: 4,
+                    deactivated_in_pipe: 300,
+                    deactivation_write_protects: 6,
                     direct_reclaims: 2,
                     direct_dropped: 1,
                     background_passes: 10,

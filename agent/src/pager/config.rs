@@ -35,6 +35,10 @@ pub struct PagerConfig {
     /// dropped at eviction without a write-back (one extra fault at its first write). Off:
     /// every evicted page that is not all zeros is written back.
     pub track_dirty: bool,
+    /// Deactivation holds its victims in a pipe across their discard, one TLB shootdown a
+    /// batch (`splice`), where the kernel allows; off: each run of dirty victims is
+    /// write-protected (one shootdown each) and copied before the discard.
+    pub hold_in_pipe: bool,
     /// How victims are chosen.
     pub replacement: Replacement,
     /// The sampling window under `Replacement::Lru`.
@@ -58,6 +62,7 @@ impl Default for PagerConfig {
             fill_ahead: 31,
             evict_batch: 64,
             track_dirty: true,
+            hold_in_pipe: true,
             replacement: Replacement::Lru,
             window: Window::Adaptive,
             policy: Arc::new(crate::policy::Baseline { prefetch: true }),

@@ -21,7 +21,8 @@
 //! - `context`: the region, page table, userfaultfd, store, OS calls, counters, config;
 //! - `budget`: the only place that charges a page, with one rule per purpose;
 //! - `reclaim`: the replacement lists, the slots of unmapped pages, the sampling window's
-//!   size; unmaps, writes back and evicts (its thread keeps a free reserve);
+//!   size; unmaps, writes back and evicts (its thread keeps a free reserve); `splice` holds a
+//!   batch's pages in a pipe across their discard, so that it costs one TLB shootdown;
 //! - `prefetch_io`: the streams, the windows in flight and the markers (its workers fetch);
 //! - `phases`: what is known of the collector's pauses and cycles;
 //! - `fault`: the handler, which holds references to the others and maps pages one way;
@@ -65,6 +66,7 @@ mod reclaim;
 mod release;
 mod remap;
 mod signal;
+mod splice;
 
 pub use attribution::ActivityCount;
 pub use config::{FatalFn, PagerConfig, Replacement, Window};

@@ -190,6 +190,18 @@ impl SlotMemory {
         unsafe { std::slice::from_raw_parts(self.mem.page(slot as usize), PAGE_SIZE) }
     }
 
+    /// Slots in all.
+    pub fn len(&self) -> usize {
+        self.slots
+    }
+
+    /// Where `slot` (in bounds) starts: for a copy into a slot just allocated, which nobody
+    /// reads until it is filled (see the type's rule).
+    pub fn page_ptr(&self, slot: u32) -> *mut u8 {
+        assert!((slot as usize) < self.slots);
+        self.mem.page(slot as usize)
+    }
+
     /// Copies the heap pages at `srcs` into `slots` (just allocated, one per page), the pages
     /// being mapped and claimed by the caller (`holders`, in the same order): through
     /// process_vm_readv on ourselves, so that a page the JVM unmapped concurrently (heap
@@ -200,6 +212,16 @@ impl SlotMemory {
         let dsts: Vec<*mut u8> = slots.iter().map(|&s| self.mem.page(s as usize)).collect();
         copy_out(srcs, &dsts)
     }
+}
+
+/// Keeps `len` bytes at `addr` out of forked children (MADV_DONTFORK): a child never shares
+/// a heap page copy-on-write, so a heap page is always its mapping's alone (`splice`).
+pub(super) fn dont_fork(addr: usize, len: usize) -> std::io::Result<()> {
+    // SAFETY: advice on a range of ours; changes no contents and no mapping of this process.
+    if unsafe { libc::madvise(addr as *mut _, len, libc::MADV_DONTFORK) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Drops the contents of `len` bytes at `addr` (the next access faults again).

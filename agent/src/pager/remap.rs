@@ -33,6 +33,13 @@ pub(super) fn register_and_adopt(
     // 4 KiB page.
     os::no_huge_pages(start, end - start);
     ctx.uffd.register(start, end - start)?;
+    // A forked child (one that execs at once, as the JDK's launchers do) gets no copy of the
+    // heap, so that no heap page is ever shared copy-on-write, which a pipe holding pages
+    // for eviction relies on (`splice`); without UFFD_FEATURE_EVENT_FORK its copy would read
+    // evicted pages as zeros anyway.
+    if let Err(e) = os::dont_fork(start, end - start) {
+        parts.reclaim.no_pipes(&e);
+    }
     {
         let mut spans = ctx.spans.lock().unwrap();
         *spans = maps::subtract(&spans, start, end);
@@ -51,7 +58,7 @@ pub(super) fn register_and_adopt(
         if r && parts.budget.adopt(first + i) {
             parts
                 .reclaim
-                .admit(first + i, Arrival::Speculative, Admission::Hot);
+                .admit(first + i, Arrival::Adopted, Admission::Hot);
             while trim && parts.budget.charged() > parts.budget.pages() {
                 if !parts.reclaim.direct(false) {
                     break; // nothing to evict now: the reclaimer thread (woken) goes on

@@ -319,6 +319,8 @@ fn reclaim_doc(p: &Pager) -> ReclaimDoc {
         card_holds: d.holds,
         cold_rereads_kept: d.cold_rereads_kept,
         evicted_pending_card: ld(&r.evicted_pending_card),
+        deactivated_in_pipe: ld(&r.deactivated_in_pipe),
+        deactivation_write_protects: ld(&r.deactivation_write_protects),
         direct_reclaims: ld(&r.direct_reclaims),
         direct_dropped: ld(&r.direct_dropped),
         background_passes: ld(&r.background_passes),

@@ -74,6 +74,11 @@ enum Victims {
 pub struct ReclaimCounters {
     /// Pages unmapped into slots to sample their use.
     pub deactivated: AtomicU64,
+    /// Of those, pages a pipe held across their discard (`splice`), no write-protect.
+    pub deactivated_in_pipe: AtomicU64,
+    /// Write-protect calls deactivations made (one TLB shootdown each), one per run of dirty
+    /// victims not held in a pipe.
+    pub deactivation_write_protects: AtomicU64,
     /// Inactive pages touched and mapped back: the local faults sampling costs.
     pub reactivated: AtomicU64,
     /// Of those, pages taken back while their write-back was in flight.
@@ -153,6 +158,9 @@ pub(super) struct Reclaimer {
     writing: AtomicBits,
     /// Prefetched and no use seen since.
     prefetched: AtomicBits,
+    /// Adopted at registration and not installed by the pager since: the kernel may map it
+    /// shared (the zero page after a read), so a pipe must not hold it (`splice`).
+    adopted: AtomicBits,
     /// Pages being written back (out of the lists, still charged).
     writeback: AtomicUsize,
     /// The count of deactivations (for the sizer's ages; each slot keeps the number of the
@@ -179,8 +187,10 @@ pub(super) enum Arrival {
     Fault,
     /// Prefetched: probation, and counted if evicted unused.
     Prefetched,
-    /// Zero-filled ahead of a write, or adopted at registration.
+    /// Zero-filled ahead of a write.
     Speculative,
+    /// Touched before registration (adopted as it is).
+    Adopted,
 }
 
 impl Reclaimer {
@@ -202,12 +212,13 @@ impl Reclaimer {
         Ok(Reclaimer {
             lists: Mutex::new(Lists::new(npages, pages)),
             // Room for the largest list plus a batch in flight.
-            slots: Slots::new(max_target + 4 * batch, npages)?,
+            slots: Slots::new(max_target + 4 * batch, npages, config.hold_in_pipe)?,
             sizer: Sizer::new(pages, batch, min_target, max_target),
             pressure: Pressure::new((pages / 16).max(batch)),
             replacement: config.replacement,
             writing: AtomicBits::new(npages),
             prefetched: AtomicBits::new(npages),
+            adopted: AtomicBits::new(npages),
             writeback: AtomicUsize::new(0),
             deactivations: AtomicU32::new(0),
             counters: ReclaimCounters::default(),
@@ -224,6 +235,18 @@ impl Reclaimer {
             budget,
             phases,
         })
+    }
+
+    /// A heap range could not be kept from forked children (`error`): deactivations
+    /// write-protect and copy from now on (`splice`).
+    pub fn no_pipes(&self, error: &std::io::Error) {
+        if self.slots.stop_holding() {
+            crate::logging::log!(
+                crate::options::LogLevel::Warn,
+                "cannot keep the heap from forked children ({error}): evicting pages the slower \
+                 way (a write-protect per run)"
+            );
+        }
     }
 
     /// Whether references can be sampled at all (a window may open).
@@ -325,7 +348,9 @@ impl Reclaimer {
             (Admission::ColdUnlessReread, _) => Admit::ColdUnlessReread,
             (Admission::HeldForPause, _) => Admit::Held,
             (_, Arrival::Refault | Arrival::Fault) => Admit::Normal,
-            (_, Arrival::Prefetched | Arrival::Speculative) => Admit::Speculative,
+            (_, Arrival::Prefetched | Arrival::Speculative | Arrival::Adopted) => {
+                Admit::Speculative
+            }
         };
         let pause = matches!(
             admission,
@@ -334,6 +359,7 @@ impl Reclaimer {
         // Without working-set detection (FIFO) every page starts on probation.
         let refault = arrival == Arrival::Refault && self.replacement == Replacement::Lru;
         self.prefetched.put(p, arrival == Arrival::Prefetched);
+        self.adopted.put(p, arrival == Arrival::Adopted);
         let judged = self.lists.lock().unwrap().admit(p, how, refault);
         if let Refault::Workingset { distance } | Refault::Distant { distance } = judged {
             self.sizer.refault(distance);
@@ -636,23 +662,39 @@ impl Reclaimer {
             return Evicted::NoVictim;
         }
         let started = Instant::now();
-        // Page order, so that the write-protect and discard runs coalesce.
-        let mut order: Vec<usize> = (0..victims.len()).collect();
-        order.sort_unstable_by_key(|&i| victims[i].0.page());
-        let dirty: Vec<usize> = order
+        // The pages a pipe may hold first (see `splice`): all but adopted ones.
+        victims.sort_by_key(|v| self.adopted.get(v.0.page(), Ordering::Relaxed));
+        let srcs: Vec<usize> = victims
             .iter()
-            .map(|&i| &victims[i].0)
-            .filter(|c| c.from() == PageState::Dirty)
-            .map(|c| c.page())
+            .map(|v| self.ctx.page_addr(v.0.page()))
             .collect();
-        // Dirty pages: write-protect (writers block from here on). Clean ones are mapped
-        // write-protected already.
+        let may_hold = victims
+            .iter()
+            .take_while(|v| !self.adopted.get(v.0.page(), Ordering::Relaxed))
+            .count();
+        // Held from here on: a write lands in the page the pipe holds until the discard
+        // below unmaps it; after that it faults and waits for the claim.
+        let held = self.slots.hold(&srcs[..may_hold]);
+        let k = held.as_ref().map_or(0, |h| h.pages());
+        // The others (none where pipes work, but adopted pages): write-protect the dirty
+        // ones (writers block from here on), in page order so that runs coalesce. Clean
+        // ones are mapped write-protected already.
+        let mut dirty: Vec<usize> = victims[k..]
+            .iter()
+            .filter(|v| v.0.from() == PageState::Dirty)
+            .map(|v| v.0.page())
+            .collect();
+        dirty.sort_unstable();
         for (s, l) in os::runs(self.ctx.base, &dirty) {
+            self.counters
+                .deactivation_write_protects
+                .fetch_add(1, Ordering::Relaxed);
             match self.ctx.uffd.write_protect(s, l, true, false) {
                 Ok(true) => {}
                 Ok(false) => {
                     // An unread event is changing the mm: give the pages back (a page left
                     // protected but Dirty is unprotected by its next write fault).
+                    drop(held);
                     self.slots.release(&slots);
                     self.give_back(victims);
                     return Evicted::Again;
@@ -662,17 +704,26 @@ impl Reclaimer {
                     .die(&format!("cannot write-protect heap pages at {s:#x}: {e}")),
             }
         }
-        let srcs: Vec<usize> = victims
-            .iter()
-            .map(|v| self.ctx.page_addr(v.0.page()))
-            .collect();
-        let holders: Vec<&Claim<'_>> = victims.iter().map(|v| &v.0).collect();
+        let holders: Vec<&Claim<'_>> = victims[k..].iter().map(|v| &v.0).collect();
         // The slots were allocated above for this call; every source is a claimed mapped page
         // (Busy), so reading it cannot fault into our handler.
-        let copied = self.slots.fill_from(&srcs, &slots, &holders);
-        let pages: Vec<usize> = order.iter().map(|&i| victims[i].0.page()).collect();
+        let mut copied = vec![true; k];
+        copied.extend(self.slots.fill_from(&srcs[k..], &slots[k..], &holders));
+        let mut pages: Vec<usize> = victims.iter().map(|v| v.0.page()).collect();
+        pages.sort_unstable();
         if let Err(e) = self.ctx.discard(&os::runs(self.ctx.base, &pages)) {
             self.ctx.die(&format!("cannot discard heap pages: {e}"));
+        }
+        if let Some(h) = held {
+            if let Err(e) = self.slots.fill_held(h, &slots[..k]) {
+                // Their bytes are nowhere else now.
+                self.ctx.die(&format!(
+                    "cannot copy {k} discarded heap pages out of their pipe: {e}"
+                ));
+            }
+            self.counters
+                .deactivated_in_pipe
+                .fetch_add(k as u64, Ordering::Relaxed);
         }
         let mut n = 0;
         let mut unused = Vec::new();

@@ -6,11 +6,16 @@ use std::sync::Mutex;
 
 use super::super::os::SlotMemory;
 use super::super::page_table::Claim;
+use super::super::splice::{Held, Pipes};
 
 const NO_SLOT: u32 = u32::MAX;
 
 pub(super) struct Slots {
     mem: SlotMemory,
+    /// Pipes that hold pages across their discard (`splice`); `None` where off or refused.
+    pipes: Option<Pipes>,
+    /// Pipes were turned off after start (a heap range could not be kept from forks).
+    pipes_off: std::sync::atomic::AtomicBool,
     free: Mutex<Vec<u32>>,
     /// The slot of each inactive page, [`NO_SLOT`] for others.
     of_page: Box<[AtomicU32]>,
@@ -20,9 +25,12 @@ pub(super) struct Slots {
 }
 
 impl Slots {
-    pub fn new(capacity: usize, npages: usize) -> std::io::Result<Slots> {
+    /// `pipes`: hold pages in pipes where the kernel allows (`splice`).
+    pub fn new(capacity: usize, npages: usize, pipes: bool) -> std::io::Result<Slots> {
         Ok(Slots {
             mem: SlotMemory::new(capacity)?,
+            pipes: if pipes { Pipes::probe() } else { None },
+            pipes_off: Default::default(),
             // Popped from the end: low slots are reused first, so the memory touched stays
             // as small as the list has ever been.
             free: Mutex::new((0..capacity as u32).rev().collect()),
@@ -53,6 +61,28 @@ impl Slots {
     /// Copies the claimed mapped pages at `srcs` into the fresh `slots`; which were copied.
     pub fn fill_from(&self, srcs: &[usize], slots: &[u32], holders: &[&Claim<'_>]) -> Vec<bool> {
         self.mem.fill(srcs, slots, holders)
+    }
+
+    /// Holds the claimed mapped pages at `srcs` in a pipe, in order, so that they can be
+    /// discarded before they are copied (`fill_held`); `None` where pipes are off.
+    pub fn hold(&self, srcs: &[usize]) -> Option<Held<'_>> {
+        if self.pipes_off.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.pipes.as_ref().map(|p| p.hold(srcs))
+    }
+
+    /// No page is held in a pipe from now on; `false` if none was.
+    pub fn stop_holding(&self) -> bool {
+        self.pipes.is_some() && !self.pipes_off.swap(true, Ordering::SeqCst)
+    }
+
+    /// Copies the pages `held` holds, the `i`-th into `slots[i]` (fresh slots, one per held
+    /// page, each allocated to the page the caller claims).
+    pub fn fill_held(&self, held: Held<'_>, slots: &[u32]) -> std::io::Result<()> {
+        assert_eq!(held.pages(), slots.len());
+        assert!(slots.iter().all(|&s| (s as usize) < self.mem.len()));
+        held.copy_out(&|i| self.mem.page_ptr(slots[i]))
     }
 
     /// The slot page `p` holds, if any.
