@@ -317,6 +317,17 @@ fn per_run(runs: &[(usize, usize)]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// One iovec a page, for the pages at `addrs`.
+pub(super) fn page_iovecs(addrs: impl IntoIterator<Item = usize>) -> Vec<libc::iovec> {
+    addrs
+        .into_iter()
+        .map(|a| libc::iovec {
+            iov_base: a as *mut _,
+            iov_len: PAGE_SIZE,
+        })
+        .collect()
+}
+
 /// Coalesces sorted page indexes into (address, length) runs.
 pub(super) fn runs(base: usize, pages: &[usize]) -> Vec<(usize, usize)> {
     let mut out: Vec<(usize, usize)> = Vec::new();
@@ -340,20 +351,8 @@ fn copy_out(srcs: &[usize], dsts: &[*mut u8]) -> Vec<bool> {
     let mut i = 0;
     while i < srcs.len() {
         let n = (srcs.len() - i).min(512);
-        let local: Vec<libc::iovec> = dsts[i..i + n]
-            .iter()
-            .map(|&d| libc::iovec {
-                iov_base: d.cast(),
-                iov_len: PAGE_SIZE,
-            })
-            .collect();
-        let remote: Vec<libc::iovec> = srcs[i..i + n]
-            .iter()
-            .map(|&a| libc::iovec {
-                iov_base: a as *mut _,
-                iov_len: PAGE_SIZE,
-            })
-            .collect();
+        let local = page_iovecs(dsts[i..i + n].iter().map(|&d| d as usize));
+        let remote = page_iovecs(srcs[i..i + n].iter().copied());
         // SAFETY: local iovecs name slots of ours, each a page in bounds and written by no one
         // else (see above); remote ones name our own heap pages, which the kernel reads with
         // fault checks.

@@ -28,6 +28,8 @@ use std::sync::Mutex;
 
 use swap_backend::PAGE_SIZE;
 
+use super::os::page_iovecs;
+
 /// Pages one pipe holds at most (a deactivation batch is 32-64 pages).
 const PIPE_PAGES: usize = 64;
 
@@ -76,13 +78,7 @@ impl Pipe {
         if n == 0 {
             return 0;
         }
-        let iov: Vec<libc::iovec> = srcs[..n]
-            .iter()
-            .map(|&a| libc::iovec {
-                iov_base: a as *mut _,
-                iov_len: PAGE_SIZE,
-            })
-            .collect();
+        let iov = page_iovecs(srcs[..n].iter().copied());
         // SAFETY: the iovecs name whole pages of our own memory, only read by the kernel (a
         // reference to each page goes into our pipe), and the pipe is empty with room for
         // `n` pages, so the call does not block. The caller's pages are claimed and mapped,
@@ -111,12 +107,7 @@ impl Pipe {
     /// Reads `n` held pages out of the pipe into the pages `dst(i)` gives; `Err` if the
     /// pipe did not give them all.
     fn copy_out(&self, n: usize, dst: &dyn Fn(usize) -> *mut u8) -> std::io::Result<()> {
-        let iov: Vec<libc::iovec> = (0..n)
-            .map(|i| libc::iovec {
-                iov_base: dst(i).cast(),
-                iov_len: PAGE_SIZE,
-            })
-            .collect();
+        let iov = page_iovecs((0..n).map(|i| dst(i) as usize));
         let mut done = 0usize;
         let want = n * PAGE_SIZE;
         while done < want {
