@@ -190,11 +190,6 @@ impl SlotMemory {
         unsafe { std::slice::from_raw_parts(self.mem.page(slot as usize), PAGE_SIZE) }
     }
 
-    /// Slots in all.
-    pub fn len(&self) -> usize {
-        self.slots
-    }
-
     /// Where `slot` (in bounds) starts: for a copy into a slot just allocated, which nobody
     /// reads until it is filled (see the type's rule).
     pub fn page_ptr(&self, slot: u32) -> *mut u8 {

@@ -104,12 +104,12 @@ impl Pipe {
         got as usize / PAGE_SIZE
     }
 
-    /// Reads `n` held pages out of the pipe into the pages `dst(i)` gives; `Err` if the
+    /// Reads as many held pages out of the pipe as there are pages at `dsts`; `Err` if the
     /// pipe did not give them all.
-    fn copy_out(&self, n: usize, dst: &dyn Fn(usize) -> *mut u8) -> std::io::Result<()> {
-        let iov = page_iovecs((0..n).map(|i| dst(i) as usize));
+    fn copy_out(&self, dsts: &[*mut u8]) -> std::io::Result<()> {
+        let iov = page_iovecs(dsts.iter().map(|&d| d as usize));
         let mut done = 0usize;
-        let want = n * PAGE_SIZE;
+        let want = dsts.len() * PAGE_SIZE;
         while done < want {
             // Resume within the iovec array after a short read (a pipe read returns what
             // its buffers hold; all of it is there already).
@@ -178,7 +178,7 @@ impl Pipes {
         super::os::discard(page, PAGE_SIZE);
         let mut out = vec![0u8; PAGE_SIZE];
         let dst = out.as_mut_ptr();
-        let ok = held == 1 && pipe.copy_out(1, &|_| dst).is_ok() && out.iter().all(|&b| b == 0x5a);
+        let ok = held == 1 && pipe.copy_out(&[dst]).is_ok() && out.iter().all(|&b| b == 0x5a);
         // SAFETY: unmapping the probe page we mapped.
         unsafe { libc::munmap(page as *mut _, PAGE_SIZE) };
         ok.then(|| Pipes {
@@ -212,14 +212,15 @@ impl Held<'_> {
         self.pages
     }
 
-    /// Copies the held pages, as last written, into `dst(i)` for the `i`-th (the caller owns
-    /// those destination pages), after their discard.
-    pub fn copy_out(mut self, dst: &dyn Fn(usize) -> *mut u8) -> std::io::Result<()> {
-        let n = std::mem::take(&mut self.pages);
+    /// Copies the held pages, as last written, the `i`-th into the page at `dsts[i]` (one
+    /// per held page, owned by the caller), after their discard.
+    pub fn copy_out(mut self, dsts: &[*mut u8]) -> std::io::Result<()> {
+        assert_eq!(dsts.len(), self.pages);
+        self.pages = 0;
         let Some(pipe) = self.pipe.take() else {
             return Ok(());
         };
-        pipe.copy_out(n, dst)?; // on failure the pipe is closed, not reused
+        pipe.copy_out(dsts)?; // on failure the pipe is closed, not reused
         self.pipes.free.lock().unwrap().push(pipe);
         Ok(())
     }
@@ -326,7 +327,7 @@ mod tests {
         assert_eq!(held.pages(), 1);
         std::thread::yield_now(); // the writer's turn, on this core or its own
         super::super::os::discard(page.0, PAGE_SIZE);
-        held.copy_out(&|_| dst).unwrap();
+        held.copy_out(&[dst]).unwrap();
         out[0]
     }
 
@@ -371,12 +372,12 @@ mod tests {
         assert_eq!(held.pages(), 1);
         let mut out = vec![0u8; PAGE_SIZE];
         let dst = out.as_mut_ptr();
-        held.copy_out(&|_| dst).unwrap();
+        held.copy_out(&[dst]).unwrap();
         assert_eq!(u64::from_ne_bytes(out[..8].try_into().unwrap()), 7);
         // The pipe went back empty: the next batch reads its own pages.
         let held = pipes.hold(&[a.0]);
         a.word().store(9, Ordering::SeqCst);
-        held.copy_out(&|_| dst).unwrap();
+        held.copy_out(&[dst]).unwrap();
         assert_eq!(u64::from_ne_bytes(out[..8].try_into().unwrap()), 9);
     }
 }

@@ -158,8 +158,9 @@ pub(super) struct Reclaimer {
     writing: AtomicBits,
     /// Prefetched and no use seen since.
     prefetched: AtomicBits,
-    /// Adopted at registration and not installed by the pager since: the kernel may map it
-    /// shared (the zero page after a read), so a pipe must not hold it (`splice`).
+    /// Adopted at registration and not deactivated since (after that the pager installs it):
+    /// the kernel may map it shared (the zero page after a read), so a pipe must not hold it
+    /// (`splice`). Set and cleared off the fault path.
     adopted: AtomicBits,
     /// Pages being written back (out of the lists, still charged).
     writeback: AtomicUsize,
@@ -359,7 +360,11 @@ impl Reclaimer {
         // Without working-set detection (FIFO) every page starts on probation.
         let refault = arrival == Arrival::Refault && self.replacement == Replacement::Lru;
         self.prefetched.put(p, arrival == Arrival::Prefetched);
-        self.adopted.put(p, arrival == Arrival::Adopted);
+        if arrival == Arrival::Adopted {
+            // Cleared when the page is deactivated (the pager installs it from then on): no
+            // work on the fault path.
+            self.adopted.set(p, true, Ordering::Relaxed);
+        }
         let judged = self.lists.lock().unwrap().admit(p, how, refault);
         if let Refault::Workingset { distance } | Refault::Distant { distance } = judged {
             self.sizer.refault(distance);
@@ -663,15 +668,15 @@ impl Reclaimer {
         }
         let started = Instant::now();
         // The pages a pipe may hold first (see `splice`): all but adopted ones.
-        victims.sort_by_key(|v| self.adopted.get(v.0.page(), Ordering::Relaxed));
+        let (mut victims, adopted): (Vec<_>, Vec<_>) = victims
+            .into_iter()
+            .partition(|v| !self.adopted.get(v.0.page(), Ordering::Relaxed));
+        let may_hold = victims.len();
+        victims.extend(adopted);
         let srcs: Vec<usize> = victims
             .iter()
             .map(|v| self.ctx.page_addr(v.0.page()))
             .collect();
-        let may_hold = victims
-            .iter()
-            .take_while(|v| !self.adopted.get(v.0.page(), Ordering::Relaxed))
-            .count();
         // Held from here on: a write lands in the page the pipe holds until the discard
         // below unmaps it; after that it faults and waits for the claim.
         let held = self.slots.hold(&srcs[..may_hold]);
@@ -713,6 +718,10 @@ impl Reclaimer {
         pages.sort_unstable();
         if let Err(e) = self.ctx.discard(&os::runs(self.ctx.base, &pages)) {
             self.ctx.die(&format!("cannot discard heap pages: {e}"));
+        }
+        // Unmapped now: whatever maps them next is a page the pager installs itself.
+        for v in &victims[may_hold..] {
+            self.adopted.set(v.0.page(), false, Ordering::Relaxed);
         }
         if let Some(h) = held {
             if let Err(e) = self.slots.fill_held(h, &slots[..k]) {
