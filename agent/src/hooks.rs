@@ -7,7 +7,7 @@
 // Unsafe here: the C ABI the patched JVM calls, with raw pointers from HotSpot; each block says why it is sound.
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -21,8 +21,13 @@ use memliner_contracts::stats::GcHooksDoc;
 static PAGER: OnceLock<&'static Pager> = OnceLock::new();
 static VIEW: OnceLock<HeapView> = OnceLock::new();
 
-/// Connects the hooks to the pager once the heap is paged.
-pub fn attach(pager: &'static Pager) {
+/// Whether the pages a refinement pass names are kept and read ahead of it (`card_hold`).
+static REFINE_AHEAD: AtomicBool = AtomicBool::new(false);
+
+/// Connects the hooks to the pager once the heap is paged; `refine_ahead`: the pages of the
+/// cards a refinement pass names are kept and read ahead of it.
+pub fn attach(pager: &'static Pager, refine_ahead: bool) {
+    REFINE_AHEAD.store(refine_ahead, Ordering::Relaxed);
     let _ = VIEW.set(HeapView {
         abi_version: ABI_VERSION,
         page_shift: swap_backend::PAGE_SIZE.trailing_zeros(),
@@ -60,6 +65,7 @@ static TABLE: Hooks = Hooks {
     gc_phase,
     counters: &COUNTERS,
     release,
+    refine,
 };
 
 struct Marking {
@@ -88,6 +94,20 @@ extern "C" fn prefetch(addrs: *const usize, n: usize) {
     let _ = std::panic::catch_unwind(|| {
         if let Some(p) = pager() {
             p.hint(addrs);
+        }
+    });
+}
+
+extern "C" fn refine(pages: *const usize, n: usize) {
+    if pages.is_null() || n == 0 || !REFINE_AHEAD.load(Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: the JVM passes `n` page addresses it owns for the duration of the call.
+    let pages = unsafe { std::slice::from_raw_parts(pages, n) };
+    // A read ahead is never worth a crash: a panic drops it.
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(p) = pager() {
+            p.will_refine(pages);
         }
     });
 }

@@ -223,6 +223,8 @@ pub struct PrefetchCounters {
     pub scan_ahead: HintCounters,
     /// Pages read after a pause for the dirty cards it left (refinement's), the same figures.
     pub card_reads: HintCounters,
+    /// Pages read ahead of refinement passes, as a patched G1 named them, the same figures.
+    pub refine_reads: HintCounters,
 }
 
 /// Pages a patched collector asked for ahead of tracing them (gc-hooks).

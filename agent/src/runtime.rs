@@ -375,7 +375,8 @@ fn start_paging(rt: &'static Runtime) -> Result<(), String> {
     }
     let _ = rt.pager.set(pager);
     if let Some(p) = rt.pager.get() {
-        hooks::attach(p);
+        // Refinement's cards are read ahead under card_hold, which holds them while dirty.
+        hooks::attach(p, rt.options.holds_cards());
         p.set_card_reader(Box::new(|spans, out| {
             match RUNTIME.get().and_then(|rt| rt.layout.get()) {
                 // SAFETY: the pager calls this from a GC thread's fault inside a pause, with

@@ -13,6 +13,7 @@ use std::path::Path;
 use memliner_cli::locate;
 use memliner_cli::run::{launch, GcHooks, RunConfig, RunOutcome};
 use memliner_cli::workloads::{self, Workload};
+use memliner_contracts::model::GcActivity;
 
 /// The patched JDK's java (target/jdk-memliner). Without one the test is skipped with a note,
 /// unless MEMLINER_REQUIRE_PATCHED_JDK is set, as CI sets it after building the JDK.
@@ -67,6 +68,19 @@ fn hooks_cell(w: Workload, gc: &str, local: u32) {
         );
     }
     assert!(h.on, "{what}: the JVM did not take the hooks: {h:?}");
+    // G1's refinement names the cards it is about to read; the agent reads the remote pages
+    // ahead of it (the run's own faults show there were some). Shenandoah has no refinement.
+    let refine_reads = s.gc.refine_read_pages + s.gc.refine_read_dropped;
+    let refined = s.gc_faults[&GcActivity::ConcurrentRefinement].remote;
+    if gc == "G1" && refined > 1000 {
+        assert!(
+            refine_reads > 0,
+            "{what}: {refined} refinement faults, no page read ahead of a refinement pass: {:?}",
+            s.gc
+        );
+    } else if gc != "G1" {
+        assert_eq!(refine_reads, 0, "{what}: {:?}", s.gc);
+    }
     assert!(h.mark_cycles > 0, "{what}: no concurrent mark: {h:?}");
     // The JVM adds its counts as each batch of hints goes out, and the stats are read at VM
     // death while marking may still run: a few batches (32 pages each, MemLinerHintBatch) may
@@ -142,6 +156,7 @@ fn hooks_off_cell(w: Workload, gc: &str, local: u32) {
     let s = cell_on(&java, w, gc, local, cfg, &[]);
     assert!(!s.gc_hooks.on, "{:?}", s.gc_hooks);
     assert_eq!(s.gc_hooks.deferred + s.gc_hooks.hinted_pages, 0);
+    assert_eq!(s.gc.refine_read_pages + s.gc.refine_read_dropped, 0);
     let released = s.pager.as_ref().expect("paged").released.pages;
     assert_eq!(released, 0, "hooks off: nothing is released");
 }

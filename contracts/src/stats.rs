@@ -501,6 +501,12 @@ pub struct GcDoc {
     pub card_read_pages: u64,
     #[serde(default)]
     pub card_read_dropped: u64,
+    /// Pages read ahead of refinement passes (a GC-hook patched G1 names the cards each pass
+    /// is about to refine), and those left to the passes' own faults.
+    #[serde(default)]
+    pub refine_read_pages: u64,
+    #[serde(default)]
+    pub refine_read_dropped: u64,
 }
 
 /// GC threads' remote faults by what the collector was doing (`gc_activity`): one entry per
@@ -723,6 +729,8 @@ impl StatsDoc {
                 scan_ahead_dropped: 0,
                 card_read_pages: 0,
                 card_read_dropped: 0,
+                refine_read_pages: 0,
+                refine_read_dropped: 0,
             },
             // The sample's 30 remote faults of the `gc` class.
             gc_faults: GcActivity::ALL

@@ -65,6 +65,11 @@ typedef struct memliner_hooks {
    * untouched until the call returns); the agent drops its pages, local and remote, so that
    * reusing them zero-fills locally instead of fetching garbage. Never blocks on the network. */
   void (*release)(uintptr_t start, size_t len);
+  /* offset 48: a refinement pass (G1's refinement threads, or an application thread refining)
+   * is about to read the cards on these pages, in this order (each page once): the agent
+   * reads the remote ones ahead of it, in the same order. Never blocks; pages the agent cannot
+   * take are left to the pass's own faults. */
+  void (*refine)(const uintptr_t *pages, size_t n);
 } memliner_hooks;
 
 /* Returns the agent's table (never NULL once the agent is loaded). */

@@ -64,6 +64,9 @@ pub struct Hooks {
     /// The collector freed `[start, start + len)`: nothing there is read again before it is
     /// written. Called before the range is reused; returns when the pages are dropped.
     pub release: extern "C" fn(start: usize, len: usize),
+    /// A refinement pass is about to read the cards on these pages, in this order (each page
+    /// once): the remote ones are read ahead of it, in that order.
+    pub refine: extern "C" fn(pages: *const usize, n: usize),
 }
 
 // SAFETY: the table is immutable; `counters` points to atomics that live for the process.
@@ -127,7 +130,8 @@ mod tests {
         assert_eq!(offset_of!(Hooks, gc_phase), 24);
         assert_eq!(offset_of!(Hooks, counters), 32);
         assert_eq!(offset_of!(Hooks, release), 40);
-        assert_eq!(std::mem::size_of::<Hooks>(), 48);
+        assert_eq!(offset_of!(Hooks, refine), 48);
+        assert_eq!(std::mem::size_of::<Hooks>(), 56);
         let counters = [
             (offset_of!(HookCounters, recorded), "recorded"),
             (offset_of!(HookCounters, lined_up), "lined_up"),

@@ -52,6 +52,9 @@ enum Certain {
     ScanAhead,
     /// For the dirty cards a pause left (`read_for_cards`).
     Cards,
+    /// For the cards a refinement pass reads next (`read_for_refinement`): in its order,
+    /// capped on their own.
+    Refine,
 }
 
 impl Certain {
@@ -101,6 +104,8 @@ pub(super) struct Prefetcher {
     max_pause_inflight: usize,
     /// The same for what a pause scans next (capped as `max_pause_inflight`).
     scan_ahead_inflight: AtomicUsize,
+    /// The same for what refinement reads next (capped as `max_hint_inflight`).
+    refine_inflight: AtomicUsize,
     markers: Mutex<Markers>,
     max_markers: usize,
     pub counters: PrefetchCounters,
@@ -130,6 +135,7 @@ impl Prefetcher {
             max_hint_inflight: (config.budget_pages / 8).max(32),
             pause_inflight: AtomicUsize::new(0),
             scan_ahead_inflight: AtomicUsize::new(0),
+            refine_inflight: AtomicUsize::new(0),
             // A pause reads these pages whatever happens; a quarter of the budget leaves the
             // rest to the application's working set and the pause's own copies.
             max_pause_inflight: (config.budget_pages / 4).max(32),
@@ -250,6 +256,14 @@ impl Prefetcher {
         self.queue_certain(pages, ThreadClass::GcConcurrent, Certain::Cards);
     }
 
+    /// A refinement pass (a patched G1's refinement thread, or an application thread
+    /// refining) is about to read the cards of `pages`, in this order: the remote ones are
+    /// read ahead of it in the same order, admitted as the reads of `read_for_cards` are,
+    /// within a cap of their own (marking's hints do not crowd them out, nor the reverse).
+    pub fn read_for_refinement(&self, pages: &mut Vec<u32>) {
+        self.queue_certain(pages, ThreadClass::GcConcurrent, Certain::Refine);
+    }
+
     /// A stop-the-world pause is about to read `pages` (its collection set's, its cards'):
     /// the remote ones are read in bulk, in address order, by the prefetch workers, while the
     /// pause's threads work on what is local; admitted for the pause and cold when it ends.
@@ -266,22 +280,26 @@ impl Prefetcher {
         self.queue_certain(pages, ThreadClass::Gc, Certain::ScanAhead);
     }
 
-    /// Queues pages that will be read for certain (a hint or a pause's), lowest first, in
-    /// windows of the prefetch depth, within their cap.
+    /// Queues pages that will be read for certain (a hint or a pause's), lowest first (a
+    /// refinement pass's in its own order), in windows of the prefetch depth, within their
+    /// cap.
     fn queue_certain(&self, pages: &mut Vec<u32>, class: ThreadClass, certain: Certain) {
         let pf = self;
         let h = self.certain_counters(certain);
         let (inflight, cap) = pf.certain_cap(certain);
         h.requests.fetch_add(1, Ordering::Relaxed);
         h.pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
-        pages.sort_unstable();
-        pages.dedup();
+        // Lowest addresses first: the collector traces its deferred objects, and claims its
+        // regions and cards, in that order. G1 refines a buffer's cards highest first, and
+        // names each page once.
+        if certain != Certain::Refine {
+            pages.sort_unstable();
+            pages.dedup();
+        }
         pages.retain(|&q| self.ctx.table.get(q as usize) == PageState::Remote);
         if pages.is_empty() {
             return;
         }
-        // Lowest addresses first: the collector traces its deferred objects, and claims its
-        // regions and cards, in that order.
         let had = inflight.fetch_add(pages.len(), Ordering::SeqCst);
         let room = cap.saturating_sub(had);
         if room < pages.len() {
@@ -295,7 +313,8 @@ impl Prefetcher {
         }
         // In windows, each fetched and mapped as a unit: a fault on a page of a window waits
         // for that window only, not for the whole hint.
-        let queue = if certain == Certain::ScanAhead {
+        // A refinement pass waits on its pages in turn, as a pause's scan does.
+        let queue = if matches!(certain, Certain::ScanAhead | Certain::Refine) {
             &pf.first
         } else {
             &pf.jobs
@@ -319,6 +338,7 @@ impl Prefetcher {
             Certain::Pause => &self.counters.pause_reads,
             Certain::ScanAhead => &self.counters.scan_ahead,
             Certain::Cards => &self.counters.card_reads,
+            Certain::Refine => &self.counters.refine_reads,
         }
     }
 
@@ -334,6 +354,7 @@ impl Prefetcher {
             Certain::Pause => (&self.pause_inflight, self.max_pause_inflight),
             Certain::ScanAhead => (&self.scan_ahead_inflight, self.max_pause_inflight),
             Certain::Hint | Certain::Cards => (&self.hint_inflight, self.max_hint_inflight),
+            Certain::Refine => (&self.refine_inflight, self.max_hint_inflight),
         }
     }
 

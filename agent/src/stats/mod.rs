@@ -52,6 +52,8 @@ impl GcTimes {
             scan_ahead_dropped: read(|c| &c.scan_ahead.dropped),
             card_read_pages: read(|c| &c.card_reads.fetched),
             card_read_dropped: read(|c| &c.card_reads.dropped),
+            refine_read_pages: read(|c| &c.refine_reads.fetched),
+            refine_read_dropped: read(|c| &c.refine_reads.dropped),
             pauses: self.pauses.load(Ordering::Relaxed),
             pause_total_ms: self.total_ns.load(Ordering::Relaxed) as f64 / 1e6,
             pause_max_ms: self.max_ns.load(Ordering::Relaxed) as f64 / 1e6,

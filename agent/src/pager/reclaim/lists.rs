@@ -453,6 +453,17 @@ impl Lists {
         }
     }
 
+    /// A GC pass is about to read page `p`: it goes to the back of the list it is on, the last
+    /// of that list to leave, without the promotion a touch earns (a cold page stays cold).
+    pub fn keep_until_read(&mut self, p: usize) {
+        let l = self.list_of(p);
+        if l != List::None {
+            let cold = self.flag(p, COLD);
+            self.push_back(l, p);
+            self.set_flag(p, COLD, cold);
+        }
+    }
+
     /// Inactive page `p` was touched and mapped back (its claim holder calls; a page taken
     /// back during its write-back too). `activate`: the touch counts (the policy's say: a GC
     /// thread's touch does not under `memliner`), else the page goes back on probation.
@@ -964,6 +975,29 @@ mod tests {
         );
         assert_eq!(l.len(List::Inactive), n - 1);
         assert_eq!(l.front(List::Inactive), Some(0));
+    }
+
+    #[test]
+    fn a_page_kept_until_read_goes_to_the_back_of_its_list_and_stays_cold() {
+        let mut l = Lists::new(16, 100);
+        for p in 0..4 {
+            l.admit(p, Admit::Normal, false);
+            l.remove(p);
+            l.deactivated(p, p == 0);
+        }
+        // Page 0 was cold, at the inactive front: the next to be evicted.
+        assert_eq!(l.front(List::Inactive), Some(0));
+        l.keep_until_read(0);
+        assert_eq!(l.iter(List::Inactive).collect::<Vec<_>>(), vec![1, 2, 3, 0]);
+        let everything = |_: usize, _| Try::Taken;
+        // Evicted last, and still counted cold (kept, not used).
+        assert_eq!(
+            l.take_for_eviction(4, 0, everything),
+            vec![(1, false), (2, false), (3, false), (0, true)]
+        );
+        // A page on no list is left alone.
+        l.keep_until_read(7);
+        assert_eq!(l.list_of(7), List::None);
     }
 
     #[test]

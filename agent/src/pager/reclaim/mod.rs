@@ -410,6 +410,28 @@ impl Reclaimer {
         }
     }
 
+    /// A refinement pass is about to read `pages` (the cards it has just cleaned, which
+    /// `card_hold` no longer sees): the inactive ones, which `card_hold` kept at the front of
+    /// the inactive list while their cards were dirty and which would leave next, go to its
+    /// back. Mapped ones are left alone (unmapped, a page still has the inactive list to
+    /// wait on), and remote ones too. The lock is taken only when one is inactive.
+    pub fn will_refine(&self, pages: &[usize]) {
+        let table = &self.ctx.table;
+        let inactive = |p: usize| {
+            matches!(
+                table.get(p),
+                PageState::InactiveClean | PageState::InactiveDirty
+            )
+        };
+        if !pages.iter().any(|&p| inactive(p)) {
+            return;
+        }
+        let mut l = self.lists.lock().unwrap();
+        for &p in pages.iter().filter(|&&p| inactive(p)) {
+            l.keep_until_read(p);
+        }
+    }
+
     /// Mapped page `p` was written for the first time since it was mapped write-protected
     /// (its claim holder calls): a reference the lists see without unmapping it. `promote`:
     /// the writer's touch counts (an application write of a cold page makes it hot).
