@@ -84,32 +84,29 @@ pub extern "C" fn memliner_hooks() -> *const Hooks {
     &TABLE
 }
 
-extern "C" fn prefetch(addrs: *const usize, n: usize) {
+/// Hands the JVM's `n` addresses at `addrs` to `f` with the pager, if paging has started. A
+/// hint is never worth a crash: a panic drops it.
+fn with_addrs(addrs: *const usize, n: usize, f: fn(&Pager, &[usize])) {
     if addrs.is_null() || n == 0 {
         return;
     }
     // SAFETY: the JVM passes `n` addresses it owns for the duration of the call.
     let addrs = unsafe { std::slice::from_raw_parts(addrs, n) };
-    // A hint is never worth a crash: a panic drops it.
     let _ = std::panic::catch_unwind(|| {
         if let Some(p) = pager() {
-            p.hint(addrs);
+            f(p, addrs);
         }
     });
 }
 
+extern "C" fn prefetch(addrs: *const usize, n: usize) {
+    with_addrs(addrs, n, Pager::hint);
+}
+
 extern "C" fn refine(pages: *const usize, n: usize) {
-    if pages.is_null() || n == 0 || !REFINE_AHEAD.load(Ordering::Relaxed) {
-        return;
+    if REFINE_AHEAD.load(Ordering::Relaxed) {
+        with_addrs(pages, n, Pager::will_refine);
     }
-    // SAFETY: the JVM passes `n` page addresses it owns for the duration of the call.
-    let pages = unsafe { std::slice::from_raw_parts(pages, n) };
-    // A read ahead is never worth a crash: a panic drops it.
-    let _ = std::panic::catch_unwind(|| {
-        if let Some(p) = pager() {
-            p.will_refine(pages);
-        }
-    });
 }
 
 extern "C" fn release(start: usize, len: usize) {

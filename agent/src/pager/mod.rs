@@ -470,16 +470,19 @@ impl Pager {
         {
             return;
         }
-        let Some(pf) = &self.parts.prefetch else {
-            return;
-        };
+        if let Some(pf) = &self.parts.prefetch {
+            pf.hint(&mut self.heap_pages(addrs));
+        }
+    }
+
+    /// The heap pages of `addrs`, in their order; addresses outside the heap are left out.
+    fn heap_pages(&self, addrs: &[usize]) -> Vec<u32> {
         let ctx = &self.parts.ctx;
-        let mut pages: Vec<u32> = addrs
+        addrs
             .iter()
             .filter_map(|&a| ctx.page_of(a))
             .map(|p| p as u32)
-            .collect();
-        pf.hint(&mut pages);
+            .collect()
     }
 
     /// A patched G1 is about to refine the cards on the pages at `addrs`, in this order.
@@ -490,11 +493,10 @@ impl Pager {
     /// a time (graph at 25% of 1 GiB, hooks on: 200k faults, half the GC threads'). Addresses
     /// outside the heap are ignored. Never blocks.
     pub fn will_refine(&self, addrs: &[usize]) {
-        let ctx = &self.parts.ctx;
-        let pages: Vec<usize> = addrs.iter().filter_map(|&a| ctx.page_of(a)).collect();
+        let mut pages = self.heap_pages(addrs);
         self.parts.reclaim.will_refine(&pages);
         if let Some(pf) = &self.parts.prefetch {
-            pf.read_for_refinement(&mut pages.into_iter().map(|p| p as u32).collect());
+            pf.read_for_refinement(&mut pages);
         }
     }
 

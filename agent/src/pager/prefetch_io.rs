@@ -62,6 +62,19 @@ impl Certain {
     fn is_pause(self) -> bool {
         matches!(self, Certain::Pause | Certain::ScanAhead)
     }
+
+    /// Read lowest address first: the collector traces its deferred objects, and claims its
+    /// regions and cards, in that order. A refinement pass names its pages in its own order
+    /// (G1 refines a buffer's cards highest first), each once.
+    fn in_address_order(self) -> bool {
+        self != Certain::Refine
+    }
+
+    /// Read before any other window: a thread waits on these pages in turn (a pause's scan, a
+    /// refinement pass).
+    fn first(self) -> bool {
+        matches!(self, Certain::ScanAhead | Certain::Refine)
+    }
 }
 
 /// A prefetched page kept unmapped so that its use is seen.
@@ -280,19 +293,15 @@ impl Prefetcher {
         self.queue_certain(pages, ThreadClass::Gc, Certain::ScanAhead);
     }
 
-    /// Queues pages that will be read for certain (a hint or a pause's), lowest first (a
-    /// refinement pass's in its own order), in windows of the prefetch depth, within their
-    /// cap.
+    /// Queues pages that will be read for certain (a hint or a pause's), in windows of the
+    /// prefetch depth, within their cap, in the order `certain` reads them.
     fn queue_certain(&self, pages: &mut Vec<u32>, class: ThreadClass, certain: Certain) {
         let pf = self;
         let h = self.certain_counters(certain);
         let (inflight, cap) = pf.certain_cap(certain);
         h.requests.fetch_add(1, Ordering::Relaxed);
         h.pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
-        // Lowest addresses first: the collector traces its deferred objects, and claims its
-        // regions and cards, in that order. G1 refines a buffer's cards highest first, and
-        // names each page once.
-        if certain != Certain::Refine {
+        if certain.in_address_order() {
             pages.sort_unstable();
             pages.dedup();
         }
@@ -313,12 +322,7 @@ impl Prefetcher {
         }
         // In windows, each fetched and mapped as a unit: a fault on a page of a window waits
         // for that window only, not for the whole hint.
-        // A refinement pass waits on its pages in turn, as a pause's scan does.
-        let queue = if matches!(certain, Certain::ScanAhead | Certain::Refine) {
-            &pf.first
-        } else {
-            &pf.jobs
-        };
+        let queue = if certain.first() { &pf.first } else { &pf.jobs };
         for w in pages.chunks(self.ctx.config.prefetch_depth.max(1)) {
             queue.push(Job {
                 pages: w.to_vec(),

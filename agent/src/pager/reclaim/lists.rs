@@ -453,13 +453,13 @@ impl Lists {
         }
     }
 
-    /// A GC pass is about to read page `p`: it goes to the back of the list it is on, the last
-    /// of that list to leave, without the promotion a touch earns (a cold page stays cold).
+    /// A GC pass is about to read inactive page `p`: it goes to the back of the inactive list,
+    /// the last to be evicted, without the promotion a touch earns (a cold page stays cold).
+    /// A page on another list, or none, is left alone.
     pub fn keep_until_read(&mut self, p: usize) {
-        let l = self.list_of(p);
-        if l != List::None {
+        if self.list_of(p) == List::Inactive {
             let cold = self.flag(p, COLD);
-            self.push_back(l, p);
+            self.push_back(List::Inactive, p);
             self.set_flag(p, COLD, cold);
         }
     }

@@ -415,19 +415,22 @@ impl Reclaimer {
     /// the inactive list while their cards were dirty and which would leave next, go to its
     /// back. Mapped ones are left alone (unmapped, a page still has the inactive list to
     /// wait on), and remote ones too. The lock is taken only when one is inactive.
-    pub fn will_refine(&self, pages: &[usize]) {
-        let table = &self.ctx.table;
-        let inactive = |p: usize| {
-            matches!(
-                table.get(p),
-                PageState::InactiveClean | PageState::InactiveDirty
-            )
-        };
-        if !pages.iter().any(|&p| inactive(p)) {
+    pub fn will_refine(&self, pages: &[u32]) {
+        let inactive: Vec<usize> = pages
+            .iter()
+            .map(|&p| p as usize)
+            .filter(|&p| {
+                matches!(
+                    self.ctx.table.get(p),
+                    PageState::InactiveClean | PageState::InactiveDirty
+                )
+            })
+            .collect();
+        if inactive.is_empty() {
             return;
         }
         let mut l = self.lists.lock().unwrap();
-        for &p in pages.iter().filter(|&&p| inactive(p)) {
+        for p in inactive {
             l.keep_until_read(p);
         }
     }
