@@ -425,3 +425,51 @@ fn a_heap_the_program_locks_is_unlocked_and_paged_on() {
     );
     assert!(pager.peak_resident_pages() <= 64 + 1 + FILL_AHEAD);
 }
+
+/// A fault never waits for the replacement lists (the reclaimer holds them a batch at a
+/// time, and may be preempted holding them): the pages faults map meanwhile are placed on
+/// them by their next holder, and leave as any other when the budget needs room.
+#[test]
+fn faults_complete_while_the_lists_are_held_and_their_pages_are_placed_after() {
+    const BUDGET: usize = 64;
+    const HELD: usize = 40; // below the low watermark's wake (56) and any direct reclaim
+    let region = Region::new(4 * BUDGET);
+    let pager = start(&region, BUDGET, false, Box::new(LocalStore::new(1 << 20)));
+    let held = pager.hold_lists();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let region = &region;
+        s.spawn(move || {
+            for p in 0..HELD {
+                region.write(p, 0, p as u64 + 1);
+            }
+            done.send(()).unwrap();
+        });
+        let seen = finished.recv_timeout(Duration::from_secs(30));
+        drop(held);
+        assert!(seen.is_ok(), "faults waited for the lists");
+    });
+    let deferred = pager
+        .reclaim_counters()
+        .deferred_list_changes
+        .load(Ordering::SeqCst);
+    assert!(deferred >= HELD as u64, "{deferred} admissions deferred");
+    for p in HELD..region.pages {
+        region.write(p, 0, p as u64 + 1);
+    }
+    // Placed on the lists, the first pages mapped are the first to go (FIFO); lost from them,
+    // they would stay mapped for good.
+    common::wait_until(
+        || common::residency(&pager, HELD).iter().all(|&r| r == 1),
+        || {
+            format!(
+                "pages mapped while the lists were held stay local: {:?}",
+                common::residency(&pager, HELD)
+            )
+        },
+    );
+    for p in 0..region.pages {
+        assert_eq!(region.read(p, 0), p as u64 + 1, "page {p}");
+    }
+    assert!(pager.peak_resident_pages() <= BUDGET);
+}

@@ -312,6 +312,10 @@ pub struct ReclaimDoc {
     /// inactive page that needed no write-back, instead of writing back or deactivating.
     #[serde(default)]
     pub direct_dropped: u64,
+    /// Changes to the replacement lists (a page mapped, a first write) that a fault or
+    /// prefetch left to the lists' next holder instead of waiting for their lock.
+    #[serde(default)]
+    pub deferred_list_changes: u64,
     pub background_passes: u64,
     pub background_evicted: u64,
     /// The lists' lengths over the run (at most 257 samples, the last one at writing).
@@ -667,6 +671,7 @@ impl StatsDoc {
                     deactivation_write_protects: 6,
                     direct_reclaims: 2,
                     direct_dropped: 1,
+                    deferred_list_changes: 20,
                     background_passes: 10,
                     background_evicted: 600,
                     timeline: vec![ListSampleDoc {

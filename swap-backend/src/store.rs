@@ -1,9 +1,10 @@
 //! The `PageStore` interface the pager writes evicted pages to and reads them back from, the
 //! in-process store, and the store that adds emulated latency (several servers: `replica`).
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::protocol::{Lane, PAGE_SIZE};
 
@@ -114,26 +115,62 @@ pub trait PageStore: Send + Sync {
     }
 }
 
-/// Pages in this process's memory: for tests, the embedded demo, and the server's own storage.
+/// Pages in this process's memory: the pager's in-process store (`--server local`) and tests.
+///
+/// Every faulting thread reads here while the reclaimer writes batches back, so no lock is
+/// held across a batch: the pages are spread over shards by id, and a shard is locked for one
+/// page's copy at a time. One lock over the whole map made a fault wait for a write-back batch
+/// to finish, or, on a machine with few cores, for the preempted reclaimer holding it to run
+/// again (milliseconds).
 pub struct LocalStore {
     capacity_pages: u64,
-    pages: Mutex<HashMap<u64, Box<[u8]>>>,
+    /// Pages held and pages reserved by writes under way: never above `capacity_pages`.
+    held: AtomicU64,
+    shards: Box<[Mutex<Shard>]>,
 }
+
+/// One shard's pages by id.
+type Shard = HashMap<u64, Box<[u8]>>;
+
+/// Shards of a [`LocalStore`]: a power of two well above the threads that page at once.
+const SHARDS: usize = 64;
 
 impl LocalStore {
     pub fn new(capacity_pages: u64) -> Self {
         LocalStore {
             capacity_pages,
-            pages: Mutex::new(HashMap::new()),
+            held: AtomicU64::new(0),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
         }
     }
 
+    /// Pages held.
     pub fn len(&self) -> usize {
-        self.pages.lock().unwrap().len()
+        self.shards.iter().map(|s| lock(s).len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The shard of page `id`: neighbouring pages (a batch) fall in different shards.
+    fn shard(&self, id: u64) -> MutexGuard<'_, Shard> {
+        lock(&self.shards[id as usize % SHARDS])
+    }
+
+    /// Reserves room for `new` more pages, or says why there is none.
+    fn reserve(&self, new: u64) -> Result<(), StoreError> {
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                h.checked_add(new).filter(|&t| t <= self.capacity_pages)
+            })
+            .map(drop)
+            .map_err(|_| {
+                self.err(
+                    crate::protocol::code::CAPACITY,
+                    format!("capacity of {} pages exhausted", self.capacity_pages),
+                )
+            })
     }
 
     fn err(&self, code: u16, message: String) -> StoreError {
@@ -145,12 +182,16 @@ impl LocalStore {
     }
 }
 
+/// A shard's lock: a panic elsewhere left whole pages behind (each is copied under it).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl PageStore for LocalStore {
     fn read_pages(&self, ids: &[u64], out: &mut [u8]) -> Result<(), StoreError> {
         assert_eq!(out.len(), ids.len() * PAGE_SIZE);
-        let pages = self.pages.lock().unwrap();
         for (id, dst) in ids.iter().zip(out.chunks_exact_mut(PAGE_SIZE)) {
-            match pages.get(id) {
+            match self.shard(*id).get(id) {
                 Some(p) => dst.copy_from_slice(p),
                 None => {
                     return Err(self.err(
@@ -163,21 +204,39 @@ impl PageStore for LocalStore {
         Ok(())
     }
 
+    /// All or nothing for room: a batch that does not fit writes no page.
     fn write_pages(&self, ids: &[u64], data: &[u8]) -> Result<(), StoreError> {
         assert_eq!(data.len(), ids.len() * PAGE_SIZE);
-        let mut pages = self.pages.lock().unwrap();
-        let new = ids.iter().filter(|id| !pages.contains_key(id)).count() as u64;
-        if pages.len() as u64 + new > self.capacity_pages {
-            return Err(self.err(
-                crate::protocol::code::CAPACITY,
-                format!("capacity of {} pages exhausted", self.capacity_pages),
-            ));
-        }
-        for (id, src) in ids.iter().zip(data.chunks_exact(PAGE_SIZE)) {
-            match pages.get_mut(id) {
-                Some(p) => p.copy_from_slice(src),
-                None => {
-                    pages.insert(*id, src.into());
+        // Pages are written by one caller at a time each (the pager's claim on the page), so
+        // what is new here stays new until this call inserts it; where a store is shared
+        // otherwise, the count is put right page by page below.
+        let new: Vec<bool> = ids
+            .iter()
+            .map(|id| !self.shard(*id).contains_key(id))
+            .collect();
+        self.reserve(new.iter().filter(|n| **n).count() as u64)?;
+        for ((id, src), counted) in ids.iter().zip(data.chunks_exact(PAGE_SIZE)).zip(new) {
+            if let Some(p) = self.shard(*id).get_mut(id) {
+                p.copy_from_slice(src);
+                if counted {
+                    self.held.fetch_sub(1, Ordering::Relaxed);
+                }
+                continue;
+            }
+            // Allocated outside the lock.
+            let page: Box<[u8]> = src.into();
+            match self.shard(*id).entry(*id) {
+                Entry::Vacant(v) => {
+                    v.insert(page);
+                    if !counted {
+                        self.held.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Entry::Occupied(mut o) => {
+                    o.get_mut().copy_from_slice(src);
+                    if counted {
+                        self.held.fetch_sub(1, Ordering::Relaxed);
+                    }
                 }
             }
         }
@@ -185,9 +244,10 @@ impl PageStore for LocalStore {
     }
 
     fn free_pages(&self, ids: &[u64]) -> Result<(), StoreError> {
-        let mut pages = self.pages.lock().unwrap();
         for id in ids {
-            pages.remove(id);
+            if self.shard(*id).remove(id).is_some() {
+                self.held.fetch_sub(1, Ordering::Relaxed);
+            }
         }
         Ok(())
     }
@@ -291,5 +351,96 @@ impl std::fmt::Debug for LocalStore {
         f.debug_struct("LocalStore")
             .field("pages", &self.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::code;
+
+    fn page(byte: u8) -> Vec<u8> {
+        vec![byte; PAGE_SIZE]
+    }
+
+    fn refused(e: StoreError) -> u16 {
+        match e {
+            StoreError::Refused { code, .. } => code,
+            other => panic!("expected a refusal, got {other}"),
+        }
+    }
+
+    #[test]
+    fn pages_read_back_as_written_and_freed_pages_are_gone() {
+        let s = LocalStore::new(16);
+        // Two pages of one shard among them.
+        let ids = [3, 4, 68, 3 + SHARDS as u64];
+        let data: Vec<u8> = (1..=4u8).flat_map(page).collect();
+        s.write_pages(&ids, &data).unwrap();
+        let mut out = vec![0; data.len()];
+        s.read_pages(&ids, &mut out).unwrap();
+        assert!(out == data, "pages read back differ");
+        assert_eq!(s.len(), 4);
+        s.free_pages(&[4, 99]).unwrap();
+        let e = s.read_pages(&[4], &mut out[..PAGE_SIZE]).unwrap_err();
+        assert_eq!(refused(e), code::NOT_FOUND);
+        assert_eq!(s.len(), 3);
+    }
+
+    #[test]
+    fn a_batch_that_does_not_fit_writes_nothing_and_rewrites_need_no_room() {
+        let s = LocalStore::new(3);
+        s.write_pages(&[0, 1], &[page(1), page(2)].concat())
+            .unwrap();
+        let e = s
+            .write_pages(&[1, 2, 3], &[page(7), page(8), page(9)].concat())
+            .unwrap_err();
+        assert_eq!(refused(e), code::CAPACITY);
+        let mut out = page(0);
+        s.read_pages(&[1], &mut out).unwrap();
+        assert!(out == page(2), "a refused batch changed a page");
+        assert!(s.read_pages(&[2], &mut out).is_err());
+        // Full, every page rewritten: no room needed.
+        s.write_pages(&[2], &page(3)).unwrap();
+        s.write_pages(&[0, 1, 2], &[page(4), page(5), page(6)].concat())
+            .unwrap();
+        assert!(s.write_pages(&[5], &page(1)).is_err());
+        s.free_pages(&[0]).unwrap();
+        s.write_pages(&[5], &page(1)).unwrap();
+        assert_eq!(s.len(), 3);
+    }
+
+    /// Writers rewrite their pages with a new byte each round while readers read them all: no
+    /// reader sees a page mixing two writes, and the count of pages held stays exact.
+    #[test]
+    fn concurrent_batches_never_tear_a_page() {
+        let s = LocalStore::new(4 * 64);
+        std::thread::scope(|t| {
+            for w in 0..4u64 {
+                let s = &s;
+                t.spawn(move || {
+                    let ids: Vec<u64> = (0..64).map(|i| i * 4 + w).collect();
+                    for round in 0..200u8 {
+                        let data: Vec<u8> = ids.iter().flat_map(|_| page(round)).collect();
+                        s.write_pages(&ids, &data).unwrap();
+                    }
+                });
+            }
+            for _ in 0..2 {
+                let s = &s;
+                t.spawn(move || {
+                    let mut out = page(0);
+                    for i in 0..20_000u64 {
+                        let id = i % 256;
+                        if s.read_pages(&[id], &mut out).is_ok() {
+                            assert!(out.iter().all(|b| *b == out[0]), "page {id} torn");
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(s.len(), 256);
+        assert_eq!(s.held.load(Ordering::Relaxed), 256);
+        assert!(s.write_pages(&[1000], &page(1)).is_err(), "over capacity");
     }
 }

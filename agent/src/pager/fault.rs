@@ -704,14 +704,10 @@ impl<'a> Handler<'a> {
                 // A write is a reference the lists see without unmapping the page; under
                 // `memliner` a GC thread's write does not make a cold page hot. Told before the
                 // unprotect wakes the writer, so that what it sees next counts this write.
-                if s != PageState::Dirty
-                    && ctx.config.policy.references(class)
-                    && self
-                        .p
+                if s != PageState::Dirty && ctx.config.policy.references(class) {
+                    self.p
                         .reclaim
-                        .referenced(p, ctx.config.policy.promotes(class))
-                {
-                    ctx.counters.promoted.fetch_add(1, Ordering::Relaxed);
+                        .referenced(p, ctx.config.policy.promotes(class));
                 }
                 let a = ctx.page_addr(p);
                 match ctx.uffd.write_protect(a, PAGE_SIZE, false, true) {

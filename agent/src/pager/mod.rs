@@ -385,6 +385,13 @@ impl Pager {
         self.parts.reclaim.settle()
     }
 
+    /// Holds the replacement lists until the value drops, as the reclaimer does for a batch:
+    /// for tests of what faults do meanwhile.
+    #[doc(hidden)]
+    pub fn hold_lists(&self) -> impl Sized + '_ {
+        self.parts.reclaim.hold_lists()
+    }
+
     /// A stop-the-world GC pause has ended (JVMTI GarbageCollectionFinish): the pages its
     /// GC threads brought in become cold at the next reclaim, and its remote faults are
     /// attributed by `facts`, its kind and the ranges it left free, with the regions it

@@ -325,6 +325,7 @@ fn reclaim_doc(p: &Pager) -> ReclaimDoc {
         deactivation_write_protects: ld(&r.deactivation_write_protects),
         direct_reclaims: ld(&r.direct_reclaims),
         direct_dropped: ld(&r.direct_dropped),
+        deferred_list_changes: ld(&r.deferred_list_changes),
         background_passes: ld(&r.background_passes),
         background_evicted: ld(&r.background_evicted),
         timeline: p

@@ -30,9 +30,10 @@ mod sizing;
 mod slots;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
+use crossbeam_queue::ArrayQueue;
 use swap_backend::PAGE_SIZE;
 
 use self::lists::{Admit, Lists, Refault, Try};
@@ -96,6 +97,9 @@ pub struct ReclaimCounters {
     pub prefetched_evicted_unused: AtomicU64,
     /// Pages evicted with a card the collector had yet to read (not held, or held out).
     pub evicted_pending_card: AtomicU64,
+    /// Changes to the lists (a page mapped, a first write) that a fault or prefetch left to
+    /// the lists' next holder rather than wait for them.
+    pub deferred_list_changes: AtomicU64,
 }
 
 /// Says whether the page at an address holds a card the collector has yet to read: G1's dirty
@@ -149,7 +153,10 @@ pub(super) struct Reclaimer {
     ctx: Arc<Ctx>,
     budget: Arc<Budget>,
     phases: Arc<Phases>,
+    /// Taken through [`Reclaimer::lists`], which makes the changes deferred meanwhile first.
     lists: Mutex<Lists>,
+    /// Changes the fault path made while the lists were busy (see `change`), in their order.
+    deferred: ArrayQueue<Deferred>,
     slots: Slots,
     sizer: Sizer,
     pressure: Pressure,
@@ -178,6 +185,20 @@ pub(super) struct Reclaimer {
     idle: Mutex<bool>,
     idle_changed: Condvar,
 }
+
+/// A change to the lists left to their next holder.
+#[derive(Clone, Copy, Debug)]
+enum Deferred {
+    /// Page `.0` was mapped (`admit`): how, and whether it was read back.
+    Admit(usize, Admit, bool),
+    /// Mapped page `.0` was written for the first time (`referenced`): whether the touch
+    /// promotes a cold page.
+    Referenced(usize, bool),
+}
+
+/// Changes that wait for the lists at most; past them a fault waits for the lock. A few
+/// batches' worth: the lock is held for a batch at a time.
+const DEFERRED_CHANGES: usize = 4096;
 
 /// How a page that just became mapped came in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,6 +233,7 @@ impl Reclaimer {
         };
         Ok(Reclaimer {
             lists: Mutex::new(Lists::new(npages, pages)),
+            deferred: ArrayQueue::new(DEFERRED_CHANGES),
             // Room for the largest list plus a batch in flight.
             slots: Slots::new(max_target + 4 * batch, npages, config.hold_in_pipe)?,
             sizer: Sizer::new(pages, batch, min_target, max_target),
@@ -270,7 +292,7 @@ impl Reclaimer {
 
     /// Pages waiting inactive (unmapped, bytes in slots), write-backs included.
     pub fn inactive_pages(&self) -> usize {
-        self.lists.lock().unwrap().len(List::Inactive) + self.writeback.load(Ordering::Relaxed)
+        self.lists().len(List::Inactive) + self.writeback.load(Ordering::Relaxed)
     }
 
     pub fn inactive_target(&self) -> usize {
@@ -279,7 +301,7 @@ impl Reclaimer {
 
     /// The lengths of the lists now.
     pub fn sample(&self) -> ListSample {
-        let l = self.lists.lock().unwrap();
+        let l = self.lists();
         let writeback = self.writeback.load(Ordering::Relaxed);
         let on_lists: usize = [List::Cold, List::Probation, List::Active, List::Inactive]
             .iter()
@@ -298,7 +320,7 @@ impl Reclaimer {
 
     /// The decisions made so far.
     pub fn decisions(&self) -> Decisions {
-        self.lists.lock().unwrap().decisions
+        self.lists().decisions
     }
 
     /// The list lengths over the run, and a last sample now.
@@ -343,7 +365,7 @@ impl Reclaimer {
     /// Queues page `p`, just mapped by its claim holder, where the lists and the policy's
     /// `admission` say (held and cold-after-pause pages are cold once the pause under way
     /// ends).
-    pub fn admit(&self, p: usize, arrival: Arrival, admission: Admission) -> Refault {
+    pub fn admit(&self, p: usize, arrival: Arrival, admission: Admission) {
         let how = match (admission, arrival) {
             (Admission::Cold, _) => Admit::Cold,
             (Admission::ColdUnlessReread, _) => Admit::ColdUnlessReread,
@@ -365,17 +387,76 @@ impl Reclaimer {
             // work on the fault path.
             self.adopted.set(p, true, Ordering::Relaxed);
         }
-        let judged = self.lists.lock().unwrap().admit(p, how, refault);
-        if let Refault::Workingset { distance } | Refault::Distant { distance } = judged {
-            self.sizer.refault(distance);
-            self.pressure.refaulted();
-        }
+        self.change(Deferred::Admit(p, how, refault));
         if pause && self.phases.pause_page(p) {
             // A pause that never ends (no JVMTI events, a runaway full GC): do not hold more
             // than a budget's worth of pages hot for it.
             self.demote_pause_pages(true);
         }
-        judged
+    }
+
+    /// Makes a change the fault path (or a prefetch) asks for. The fault path never waits for
+    /// the lists: the reclaimer holds them for a batch at a time, and with few cores it may be
+    /// preempted holding them (milliseconds). A busy lock leaves the change to its next
+    /// holder; until then a page just mapped is on no list, which only keeps it from being
+    /// chosen for eviction, and a first write is not yet seen as a reference.
+    fn change(&self, d: Deferred) {
+        match self.lists.try_lock() {
+            Ok(mut l) => {
+                self.apply_deferred(&mut l);
+                self.apply(&mut l, d);
+            }
+            Err(TryLockError::WouldBlock) => match self.deferred.push(d) {
+                Ok(()) => {
+                    self.counters
+                        .deferred_list_changes
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Err(d) => self.apply(&mut self.lists(), d),
+            },
+            Err(TryLockError::Poisoned(e)) => panic!("the replacement lists: {e}"),
+        }
+    }
+
+    /// The lists, with the changes deferred meanwhile made first, in their order: whatever
+    /// the holder does sees every page mapped and written before it took the lock.
+    fn lists(&self) -> MutexGuard<'_, Lists> {
+        let mut l = self.lists.lock().unwrap();
+        self.apply_deferred(&mut l);
+        l
+    }
+
+    /// The lists, held (see `Pager::hold_lists`).
+    pub fn hold_lists(&self) -> MutexGuard<'_, Lists> {
+        self.lists()
+    }
+
+    fn apply_deferred(&self, l: &mut Lists) {
+        while let Some(d) = self.deferred.pop() {
+            self.apply(l, d);
+        }
+    }
+
+    fn apply(&self, l: &mut Lists, d: Deferred) {
+        match d {
+            Deferred::Admit(p, how, refault) => {
+                if let Refault::Workingset { distance } | Refault::Distant { distance } =
+                    l.admit(p, how, refault)
+                {
+                    self.sizer.refault(distance);
+                    self.pressure.refaulted();
+                }
+            }
+            Deferred::Referenced(p, promote) => {
+                let was_cold = l.list_of(p) == List::Cold;
+                if promote || !was_cold {
+                    l.referenced(p);
+                }
+                if was_cold && promote {
+                    self.ctx.counters.promoted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     /// Milliseconds since the pager started, for holds.
@@ -402,7 +483,7 @@ impl Reclaimer {
     /// each, so that the pause's own faults push out other pages than these. Pages no longer
     /// on a mapped list are left alone (an inactive one comes back from its slot).
     pub fn will_read(&self, pages: &[usize]) {
-        let mut l = self.lists.lock().unwrap();
+        let mut l = self.lists();
         for &p in pages {
             if matches!(l.list_of(p), List::Probation | List::Active | List::Cold) {
                 l.referenced(p);
@@ -429,7 +510,7 @@ impl Reclaimer {
         if inactive.is_empty() {
             return;
         }
-        let mut l = self.lists.lock().unwrap();
+        let mut l = self.lists();
         for p in inactive {
             l.keep_until_read(p);
         }
@@ -437,15 +518,11 @@ impl Reclaimer {
 
     /// Mapped page `p` was written for the first time since it was mapped write-protected
     /// (its claim holder calls): a reference the lists see without unmapping it. `promote`:
-    /// the writer's touch counts (an application write of a cold page makes it hot).
-    pub fn referenced(&self, p: usize, promote: bool) -> bool {
+    /// the writer's touch counts (an application write of a cold page makes it hot; counted as
+    /// promoted).
+    pub fn referenced(&self, p: usize, promote: bool) {
         self.prefetched.put(p, false);
-        let mut l = self.lists.lock().unwrap();
-        let was_cold = l.list_of(p) == List::Cold;
-        if promote || !was_cold {
-            l.referenced(p);
-        }
-        was_cold && promote
+        self.change(Deferred::Referenced(p, promote));
     }
 
     /// The slot holding inactive page `p`'s bytes, taken by its claim holder. `None` means a
@@ -484,7 +561,7 @@ impl Reclaimer {
         self.sizer.reactivation(age as u64);
         self.counters.reactivated.fetch_add(1, Ordering::Relaxed);
         self.prefetched.put(p, false);
-        let mut l = self.lists.lock().unwrap();
+        let mut l = self.lists();
         if in_writeback {
             // Out of the lists since its eviction began: no longer counted as written back.
             self.writeback.fetch_sub(1, Ordering::Relaxed);
@@ -506,7 +583,7 @@ impl Reclaimer {
                 self.slots.release(&[s]);
             }
         }
-        self.lists.lock().unwrap().forget(p);
+        self.lists().forget(p);
     }
 
     /// A fault that found the budget full reclaims one page itself (counted). `false`: no room
@@ -571,7 +648,7 @@ impl Reclaimer {
             // of 5.8 pages on average; 19k of 47 refilled this way, shootdowns 0.77x, wall
             // 0.90x paired).
             let target = self.sizer.target();
-            let waiting = || self.lists.lock().unwrap().len(List::Inactive);
+            let waiting = || self.lists().len(List::Inactive);
             let have = waiting();
             let deficit = (target + batch).saturating_sub(have);
             let mut deactivated = 0;
@@ -646,7 +723,7 @@ impl Reclaimer {
         let Some(pages) = self.phases.take_ended(force) else {
             return;
         };
-        let mut l = self.lists.lock().unwrap();
+        let mut l = self.lists();
         let n = pages.iter().filter(|&&p| l.make_cold(p as usize)).count();
         drop(l);
         self.ctx
@@ -661,7 +738,7 @@ impl Reclaimer {
         let mut claims: Vec<Option<Claim<'_>>> = Vec::with_capacity(want);
         let now_ms = self.now_ms();
         let taken = {
-            let mut l = self.lists.lock().unwrap();
+            let mut l = self.lists();
             let slots_free = want; // slots are checked below; the lists' order decides first
             l.take_for_deactivation(slots_free, now_ms, |p, may_hold| {
                 if may_hold && self.holds(p) {
@@ -761,7 +838,7 @@ impl Reclaimer {
         }
         let mut n = 0;
         let mut unused = Vec::new();
-        let mut l = self.lists.lock().unwrap();
+        let mut l = self.lists();
         for (((c, cold), slot), ok) in victims.into_iter().zip(slots.drain(..)).zip(copied) {
             let p = c.page();
             if !ok {
@@ -799,7 +876,7 @@ impl Reclaimer {
     /// Gives deactivation victims back to the front of the lists they came from (their claims
     /// restore their states).
     fn give_back<'t>(&self, victims: impl IntoIterator<Item = (Claim<'t>, bool)>) {
-        let mut l = self.lists.lock().unwrap();
+        let mut l = self.lists();
         for (c, cold) in victims {
             l.give_back(c.page(), cold);
             drop(c);
@@ -813,7 +890,7 @@ impl Reclaimer {
         let mut dirty = Vec::new();
         let now_ms = self.now_ms();
         let cold = {
-            let mut l = self.lists.lock().unwrap();
+            let mut l = self.lists();
             let taken = l.take_for_eviction(want, now_ms, |p, may_hold| match table.get(p) {
                 // Taken back during a write-back and deactivated again: its new bytes must
                 // not reach the store before the old ones (they would be overwritten). It
