@@ -249,9 +249,15 @@ pub fn cell_on(
         pf.marker_hits + pf.marker_misses <= pf.windows,
         "{what}: {pf:?}"
     );
-    assert_eq!(
-        pf.marker_hits, faults.prefetch_hit,
-        "{what}: a marker hit is a prefetch-hit fault"
+    // The stats are written at VMDeath while the JVM's other threads may still fault: a
+    // marker fault in flight has counted its hit and not yet its fault kind (or the other way
+    // round, as the writer reads them). A handful at most; every other marker hit is a
+    // prefetch-hit fault.
+    assert!(
+        pf.marker_hits.abs_diff(faults.prefetch_hit) <= 8,
+        "{what}: a marker hit is a prefetch-hit fault: {} marker hits, {} prefetch-hit faults",
+        pf.marker_hits,
+        faults.prefetch_hit
     );
     let gc_remote = faults.by_class.gc.remote + faults.by_class.gc_concurrent.remote;
     // Every remote fault of a GC thread is attributed once to what the collector was doing
