@@ -216,26 +216,17 @@ impl PageStore for LocalStore {
             .collect();
         self.reserve(new.iter().filter(|n| **n).count() as u64)?;
         for ((id, src), counted) in ids.iter().zip(data.chunks_exact(PAGE_SIZE)).zip(new) {
-            if let Some(p) = self.shard(*id).get_mut(id) {
-                p.copy_from_slice(src);
-                if counted {
-                    self.held.fetch_sub(1, Ordering::Relaxed);
-                }
-                continue;
-            }
-            // Allocated outside the lock.
-            let page: Box<[u8]> = src.into();
             match self.shard(*id).entry(*id) {
-                Entry::Vacant(v) => {
-                    v.insert(page);
-                    if !counted {
-                        self.held.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
                 Entry::Occupied(mut o) => {
                     o.get_mut().copy_from_slice(src);
                     if counted {
                         self.held.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+                Entry::Vacant(v) => {
+                    v.insert(src.into());
+                    if !counted {
+                        self.held.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }

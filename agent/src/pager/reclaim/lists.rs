@@ -951,15 +951,21 @@ mod tests {
         assert_eq!(l.list_of(10), List::Probation);
     }
 
-    #[test]
-    fn passed_pages_stay_in_place_and_a_call_passes_over_at_most_max_passes() {
-        let n = MAX_PASSES + 2;
-        let mut l = Lists::new(n, 100);
+    /// Lists of `npages` pages with pages `0..n` inactive in that order, cold where `cold`.
+    fn with_inactive(npages: usize, n: usize, cold: impl Fn(usize) -> bool) -> Lists {
+        let mut l = Lists::new(npages, 100);
         for p in 0..n {
             l.admit(p, Admit::Normal, false);
             l.remove(p);
-            l.deactivated(p, false);
+            l.deactivated(p, cold(p));
         }
+        l
+    }
+
+    #[test]
+    fn passed_pages_stay_in_place_and_a_call_passes_over_at_most_max_passes() {
+        let n = MAX_PASSES + 2;
+        let mut l = with_inactive(n, n, |_| false);
         // Only the last page is wanted, and it lies past MAX_PASSES others: not reached.
         let last = n - 1;
         let wants_last = |p: usize, _| if p == last { Try::Taken } else { Try::Pass };
@@ -979,12 +985,7 @@ mod tests {
 
     #[test]
     fn a_page_kept_until_read_goes_to_the_back_of_its_list_and_stays_cold() {
-        let mut l = Lists::new(16, 100);
-        for p in 0..4 {
-            l.admit(p, Admit::Normal, false);
-            l.remove(p);
-            l.deactivated(p, p == 0);
-        }
+        let mut l = with_inactive(16, 4, |p| p == 0);
         // Page 0 was cold, at the inactive front: the next to be evicted.
         assert_eq!(l.front(List::Inactive), Some(0));
         l.keep_until_read(0);
@@ -1002,12 +1003,7 @@ mod tests {
 
     #[test]
     fn a_held_page_goes_round_until_its_time_is_up_and_holds_are_bounded_per_call() {
-        let mut l = Lists::new(16, 100);
-        for p in 0..4 {
-            l.admit(p, Admit::Normal, false);
-            l.remove(p);
-            l.deactivated(p, false);
-        }
+        let mut l = with_inactive(16, 4, |_| false);
         // Page 0 wants holding whenever it may: the others go first.
         let wants_hold = |p: usize, may_hold: bool| {
             if p == 0 && may_hold {
