@@ -34,6 +34,7 @@ pub mod stats;
 pub mod threads;
 pub use memliner_uffd as uffd;
 pub mod vmstructs;
+pub mod young;
 
 pub use memliner_contracts::{host_name, FATAL_EXIT_CODE};
 pub use runtime::fatal;

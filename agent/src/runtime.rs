@@ -16,8 +16,11 @@ use std::time::Instant;
 use crate::logging::log;
 use crate::options::{self, LogLevel, Options, Policy};
 use crate::pager::{Pager, PagerConfig};
-use crate::{gc_activity, gc_layout, heap, hooks, jvmti, model, perfdata, policy, stats, threads};
+use crate::{
+    gc_activity, gc_layout, heap, hooks, jvmti, model, perfdata, policy, stats, threads, young,
+};
 use crate::{host_name, FATAL_EXIT_CODE};
+use memliner_contracts::stats::YoungDoc;
 use swap_backend::{
     ClientOptions, LocalStore, Member, PageStore, ReplicatedStore, ServerUrl, PAGE_SIZE,
 };
@@ -47,6 +50,8 @@ struct Runtime {
     started: Instant,
     /// The `/metrics` listener and the target file naming it (`metrics=`).
     metrics: OnceLock<(swap_backend::metrics::MetricsListener, String)>,
+    /// G1's young generation as `Agent_OnLoad` left it (`young=`).
+    young: Option<YoungDoc>,
 }
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -147,6 +152,7 @@ fn load(options_str: &str) -> Result<(), String> {
     let env = std::env::var("MEMLINER_OPTIONS").unwrap_or_default();
     let options = options::parse(&env, options_str).map_err(|e| e.to_string())?;
     crate::logging::set_level(options.log);
+    let young = fit_young(&options);
     let store = if options.policy == Policy::Off {
         None
     } else {
@@ -178,6 +184,7 @@ fn load(options_str: &str) -> Result<(), String> {
         gc: stats::GcTimes::default(),
         started: Instant::now(),
         metrics: OnceLock::new(),
+        young,
     };
     RUNTIME
         .set(rt)
@@ -186,6 +193,55 @@ fn load(options_str: &str) -> Result<(), String> {
         serve_metrics(rt);
     }
     Ok(())
+}
+
+/// Fits G1's young generation to the budget (`young=fit`, see `young`). Runs in
+/// `Agent_OnLoad`, before the VM makes the heap; a VM whose flags cannot be read or written
+/// keeps its own sizing, with a warning.
+fn fit_young(options: &Options) -> Option<YoungDoc> {
+    let vm = crate::vmstructs::VmStructs::load()
+        .map_err(|e| log!(LogLevel::Debug, "young=: no VM tables ({e})"))
+        .ok()?;
+    let plan = match young::plan_for(&vm, options) {
+        Ok(plan) => plan?,
+        Err(e) if options.fits_young() => {
+            log!(
+                LogLevel::Warn,
+                "young=fit: G1's young generation flags cannot be read ({e}); G1 sizes it alone"
+            );
+            return None;
+        }
+        Err(_) => return None,
+    };
+    // SAFETY: this is Agent_OnLoad: the VM is starting on this one thread and makes the heap
+    // (where G1 reads these flags) after the agent returns.
+    let written = unsafe {
+        plan.min_percent
+            .map_or(Ok(()), |p| {
+                vm.set_flag_uint_ergonomic("G1NewSizePercent", p)
+            })
+            .and_then(|()| {
+                plan.max_percent.map_or(Ok(()), |p| {
+                    vm.set_flag_uint_ergonomic("G1MaxNewSizePercent", p)
+                })
+            })
+    };
+    if let Err(e) = written {
+        log!(
+            LogLevel::Warn,
+            "young=fit: G1MaxNewSizePercent cannot be set ({e}); G1 sizes the young generation alone"
+        );
+        return None;
+    }
+    if plan.max_percent.is_some() {
+        log!(
+            LogLevel::Info,
+            "young=fit: G1's young generation may take at most {}% of the heap (half the local budget; G1 would allow {}%); young=keep leaves it to G1",
+            plan.doc.max_percent,
+            plan.doc.jvm_max_percent
+        );
+    }
+    Some(plan.doc)
 }
 
 /// Starts `/metrics` (`metrics=`) and writes its target file. Never stops the JVM: a listener
@@ -363,6 +419,7 @@ fn start_paging(rt: &'static Runtime) -> Result<(), String> {
         discovery: found.discovery,
         spans: found.spans.len(),
         dead_why_not,
+        young: rt.young,
     });
     match perfdata::PauseCounters::open() {
         Ok(c) => {

@@ -16,6 +16,17 @@ pub struct ReservedHeap {
     pub bytes: usize,
 }
 
+/// Who set a VM flag's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlagOrigin {
+    /// HotSpot's default.
+    Default,
+    /// HotSpot's ergonomics, from the machine and the other flags.
+    Ergonomic,
+    /// The command line, an environment variable, a flags file, management or an agent.
+    User,
+}
+
 /// The exported tables of a running HotSpot.
 #[derive(Debug)]
 pub struct VmStructs {
@@ -261,13 +272,11 @@ impl VmStructs {
         }
     }
 
-    /// The raw value of a VM flag of C type `bool`, `size_t`, `intx` or `uintx`
-    /// (read as 8 bytes; use [`VmStructs::flag_bool`] for booleans).
-    fn flag_addr(&self, name: &str) -> Result<usize, String> {
+    /// The flag table's entry of `name`: the address of its `JVMFlag`.
+    fn flag_entry(&self, name: &str) -> Result<usize, String> {
         let flags = self.static_address("JVMFlag", "flags")?;
         let num = self.static_address("JVMFlag", "numFlags")?;
         let name_off = self.offset("JVMFlag", "_name")?;
-        let addr_off = self.offset("JVMFlag", "_addr")?;
         let stride = self.type_size("JVMFlag")?;
         // SAFETY: the flag table is a static array of `numFlags` JVMFlag entries described by
         // the VM itself; names are C strings in libjvm.
@@ -278,11 +287,124 @@ impl VmStructs {
                 let e = base + i * stride;
                 let np = *((e + name_off) as *const usize);
                 if np != 0 && CStr::from_ptr(np as *const c_char).to_bytes() == name.as_bytes() {
-                    return Ok(*((e + addr_off) as *const usize));
+                    return Ok(e);
                 }
             }
         }
         Err(format!("the VM has no flag {name}"))
+    }
+
+    /// Where the value of a VM flag is stored (`bool`, `uint`, `size_t`, `intx`, `uintx`).
+    fn flag_addr(&self, name: &str) -> Result<usize, String> {
+        let e = self.flag_entry(name)?;
+        let addr_off = self.offset("JVMFlag", "_addr")?;
+        // SAFETY: `e` is a JVMFlag entry of the VM's table; `_addr` points at the flag's global.
+        Ok(unsafe { *((e + addr_off) as *const usize) })
+    }
+
+    /// Where a flag's value came from (`JVMFlag::_flags`): whether anyone but HotSpot's
+    /// defaults set it.
+    pub fn flag_origin(&self, name: &str) -> Result<FlagOrigin, String> {
+        let bits = self.flag_bits(name)?;
+        let mask = self.int_constant(&["JVMFlag::VALUE_ORIGIN_MASK"])? as u32;
+        let default = self.int_constant(&["JVMFlagOrigin::DEFAULT"])? as u32;
+        let ergonomic = self.int_constant(&["JVMFlagOrigin::ERGONOMIC"])? as u32;
+        let on_command_line = self
+            .int_constant(&["JVMFlag::WAS_SET_ON_COMMAND_LINE"])
+            .is_ok_and(|b| bits & b as u32 != 0);
+        Ok(match bits & mask {
+            _ if on_command_line => FlagOrigin::User,
+            o if o == default => FlagOrigin::Default,
+            o if o == ergonomic => FlagOrigin::Ergonomic,
+            _ => FlagOrigin::User,
+        })
+    }
+
+    /// `JVMFlag::_flags` of `name` and its address and width (a 4-byte enum in JDK 17, the
+    /// width the VM states elsewhere).
+    fn flag_bits_at(&self, name: &str) -> Result<(usize, usize), String> {
+        let e = self.flag_entry(name)?;
+        let off = self.offset("JVMFlag", "_flags")?;
+        let width = self.type_size("JVMFlag::Flags").unwrap_or(4);
+        if width != 2 && width != 4 {
+            return Err(format!("JVMFlag::_flags is {width} bytes wide"));
+        }
+        Ok((e + off, width))
+    }
+
+    fn flag_bits(&self, name: &str) -> Result<u32, String> {
+        let (at, width) = self.flag_bits_at(name)?;
+        // SAFETY: `at` is the `_flags` field of a JVMFlag entry, `width` bytes wide.
+        Ok(unsafe {
+            if width == 2 {
+                *(at as *const u16) as u32
+            } else {
+                *(at as *const u32)
+            }
+        })
+    }
+
+    /// The width in bytes of an unsigned or signed integer flag (`uint`, `uintx`, `size_t`,
+    /// ...), from `JVMFlag::_type`: an index into HotSpot's list of flag types, in the order
+    /// the serviceability agent also relies on (`bool int uint intx uintx uint64_t size_t
+    /// double ccstr ccstrlist`). G1's percentages are `uintx` in JDK 17 and `uint` in JDK 25.
+    fn flag_int_width(&self, name: &str) -> Result<usize, String> {
+        let e = self.flag_entry(name)?;
+        let off = self.offset("JVMFlag", "_type")?;
+        // SAFETY: `_type` is an int field of a JVMFlag entry.
+        let ty = unsafe { *((e + off) as *const i32) };
+        match ty {
+            1 | 2 => Ok(4),
+            3..=6 => Ok(8),
+            _ => Err(format!("{name} is not an integer flag (type {ty})")),
+        }
+    }
+
+    /// The value of an unsigned integer flag of either width.
+    pub fn flag_uint(&self, name: &str) -> Result<u64, String> {
+        let width = self.flag_int_width(name)?;
+        let addr = self.flag_addr(name)?;
+        // SAFETY: `addr` is the flag's global, `width` bytes wide as its type says.
+        Ok(unsafe {
+            if width == 4 {
+                u64::from(*(addr as *const u32))
+            } else {
+                *(addr as *const u64)
+            }
+        })
+    }
+
+    /// Sets an unsigned integer flag as HotSpot's own ergonomics would (`FLAG_SET_ERGO`: the
+    /// value, and its origin for `-XX:+PrintFlagsFinal`).
+    ///
+    /// # Safety
+    /// Only while the VM is still starting and reads the flag later, single-threaded: from
+    /// `Agent_OnLoad`, before the heap is made.
+    pub unsafe fn set_flag_uint_ergonomic(&self, name: &str, value: u64) -> Result<(), String> {
+        let width = self.flag_int_width(name)?;
+        if width == 4 && value > u64::from(u32::MAX) {
+            return Err(format!("{value} does not fit {name}"));
+        }
+        let addr = self.flag_addr(name)?;
+        let (at, bits_width) = self.flag_bits_at(name)?;
+        let mask = self.int_constant(&["JVMFlag::VALUE_ORIGIN_MASK"])? as u32;
+        let ergonomic = self.int_constant(&["JVMFlagOrigin::ERGONOMIC"])? as u32;
+        let bits = (self.flag_bits(name)? & !mask) | ergonomic;
+        // SAFETY: the caller's contract: nothing else reads or writes the flag meanwhile;
+        // `addr` is the flag's global, `width` bytes wide as its type says, `at` its `_flags`.
+        unsafe {
+            if width == 4 {
+                *(addr as *mut u32) = value as u32;
+            } else {
+                *(addr as *mut u64) = value;
+            }
+            if bits_width == 2 {
+                *(at as *mut u16) = bits as u16;
+            } else {
+                *(at as *mut u32) = bits;
+            }
+        }
+        Ok(())
     }
 
     pub fn flag_bool(&self, name: &str) -> Result<bool, String> {

@@ -134,6 +134,16 @@ lowercase_enum! {
 }
 
 lowercase_enum! {
+    /// Whether the agent sizes G1's young generation to the local budget (`young=`).
+    pub enum Young {
+        /// At most half the budget, unless the command line sized it.
+        Fit,
+        /// As the JVM sizes it.
+        Keep,
+    }
+}
+
+lowercase_enum! {
     /// Whether every page read back is checked against the checksum it was written with
     /// (`checksums=`).
     pub enum Checksums {
@@ -421,6 +431,13 @@ pub static OPTIONS: &[OptionSpec] = &[
         default: "`on`",
     },
     choice_option! {
+        key: "young",
+        flag: flag("young", "fit|keep"),
+        field: young,
+        values: "`fit`: under `memliner` on G1, when the agent loads (before the heap is made), G1's young generation may grow to at most half the local budget (`G1MaxNewSizePercent`, shown as ergonomic by `-XX:+PrintFlagsFinal`): an eden larger than the budget is written to the memory server page by page before each collection frees it, and its survivors read back; left alone when the command line sizes the young generation (`-Xmn`, `NewSize`, `MaxNewSize`, `NewRatio`, `G1NewSizePercent`, `G1MaxNewSizePercent`) or half the budget already holds G1's largest; `keep`: G1 sizes it as it would without the agent",
+        default: "`fit`",
+    },
+    choice_option! {
         key: "checksums",
         flag: flag("checksums", "on|off"),
         field: checksums,
@@ -644,6 +661,7 @@ pub struct Options {
     pub streams: Streams,
     pub pause_reads: PauseReads,
     pub card_hold: CardHold,
+    pub young: Young,
     pub checksums: Checksums,
     pub reclaim: Reclaim,
     pub fallback: Fallback,
@@ -682,6 +700,7 @@ impl Default for Options {
             streams: Streams::Thread,
             pause_reads: PauseReads::On,
             card_hold: CardHold::On,
+            young: Young::Fit,
             checksums: Checksums::On,
             reclaim: Reclaim::Lru,
             fallback: Fallback::None,
@@ -786,6 +805,12 @@ impl Options {
     /// (`card_hold=on`, which only `memliner` uses).
     pub fn holds_cards(&self) -> bool {
         self.policy == Policy::MemLiner && self.card_hold == CardHold::On
+    }
+
+    /// Whether the agent fits G1's young generation to the budget (`young=fit`, which only
+    /// `memliner` uses).
+    pub fn fits_young(&self) -> bool {
+        self.policy == Policy::MemLiner && self.young == Young::Fit
     }
 
     /// Copies of each page: as asked, else two wherever there are two servers or more.

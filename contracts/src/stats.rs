@@ -80,6 +80,35 @@ pub struct HeapDoc {
     pub discovery: Discovery,
     /// Anonymous mappings registered inside the heap.
     pub spans: u64,
+    /// G1's young generation as the agent found and left it (`young=`); absent for other
+    /// collectors and where the flags could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub young: Option<YoungDoc>,
+}
+
+lowercase_enum! {
+    /// What the agent did to G1's young generation when it loaded.
+    pub enum YoungSizing {
+        /// Lowered its largest size to half the budget.
+        Fitted,
+        /// Nothing: half the budget already holds its largest size.
+        Roomy,
+        /// Nothing: the command line sized it.
+        User,
+        /// Nothing: `young=keep`, or a policy other than `memliner`.
+        Kept,
+    }
+}
+
+/// G1's young generation as the agent found and left it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct YoungDoc {
+    pub sizing: YoungSizing,
+    /// The most of the heap G1 may make young, in percent (`G1MaxNewSizePercent`), as it runs.
+    pub max_percent: u64,
+    /// The same before the agent loaded.
+    pub jvm_max_percent: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -580,6 +609,11 @@ impl StatsDoc {
                 collector: "G1".into(),
                 discovery: Discovery::VmStructs,
                 spans: 1,
+                young: Some(YoungDoc {
+                    sizing: YoungSizing::Fitted,
+                    max_percent: 12,
+                    jvm_max_percent: 60,
+                }),
             }),
             pager: Some(PagerDoc {
                 budget_pages: 4096,

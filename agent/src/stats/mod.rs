@@ -74,6 +74,8 @@ pub struct HeapInfo {
     pub spans: usize,
     /// Why dead space is not dropped after collections (`None`: it is).
     pub dead_why_not: Option<String>,
+    /// G1's young generation as the agent left it (`young=`).
+    pub young: Option<memliner_contracts::stats::YoungDoc>,
 }
 
 fn percentiles(h: &hdrhistogram::Histogram<u64>) -> Percentiles {
@@ -129,6 +131,7 @@ pub fn document(
             collector: h.collector.clone(),
             discovery: h.discovery,
             spans: h.spans as u64,
+            young: h.young,
         }),
         pager: pager.map(|p| {
             pager_doc(
