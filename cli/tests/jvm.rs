@@ -226,22 +226,16 @@ fn a_young_generation_fitted_to_the_budget_keeps_eden_from_the_memory_server() {
 /// young sizing flags and of the flag stored next to them (a write of the wrong width would
 /// change it).
 fn young_flags(java: &str, jvm_flags: &[&str], opts: &str) -> String {
-    let agent = memliner_cli::locate::agent().unwrap();
-    let out = std::process::Command::new(java)
-        .args(["-Xmx1g", "-XX:+UseG1GC", "-XX:+UnlockExperimentalVMOptions"])
-        .args(jvm_flags)
-        .arg(format!(
-            "-agentpath:{}=server=local,{opts}",
-            agent.display()
-        ))
-        .args(["-XX:+PrintFlagsFinal", "-version"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut flags = vec![
+        "-Xmx1g",
+        "-XX:+UseG1GC",
+        "-XX:+UnlockExperimentalVMOptions",
+        "-XX:+PrintFlagsFinal",
+    ];
+    flags.extend_from_slice(jvm_flags);
+    let out = java_version_with_agent(java, &flags, &format!("server=local,{opts}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{java} {jvm_flags:?} {opts}: {err}");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| {

@@ -393,8 +393,14 @@ pub fn memliner() -> Command {
 }
 
 pub fn java_with_agent(opts: &str) -> std::process::Output {
+    java_version_with_agent(&java(), &[], opts)
+}
+
+/// `java [jvm_flags] -agentpath:...=opts -version`, as `java` runs it.
+pub fn java_version_with_agent(java: &str, jvm_flags: &[&str], opts: &str) -> std::process::Output {
     let agent = locate::agent().unwrap();
-    Command::new(java())
+    Command::new(java)
+        .args(jvm_flags)
         .arg(format!("-agentpath:{}={opts}", agent.display()))
         .arg("-version")
         .output()
