@@ -27,6 +27,43 @@ pub enum FlagOrigin {
     User,
 }
 
+/// An integer the VM stores at `at`, `width` (2, 4 or 8) bytes wide, little-endian.
+#[derive(Clone, Copy, Debug)]
+struct IntField {
+    at: usize,
+    width: usize,
+}
+
+impl IntField {
+    /// Reads it, zero-extended.
+    fn read(self) -> u64 {
+        // SAFETY: built only from the VM's own descriptions of a flag's storage or fields,
+        // which live as long as libjvm; `width` is one the VM states for it.
+        unsafe {
+            match self.width {
+                2 => u64::from(*(self.at as *const u16)),
+                4 => u64::from(*(self.at as *const u32)),
+                _ => *(self.at as *const u64),
+            }
+        }
+    }
+
+    /// Writes the low `width` bytes of `v`.
+    ///
+    /// # Safety
+    /// Nothing else may read or write it meanwhile (see `set_flag_uint_ergonomic`).
+    unsafe fn write(self, v: u64) {
+        // SAFETY: as `read`; exclusive by the caller's contract.
+        unsafe {
+            match self.width {
+                2 => *(self.at as *mut u16) = v as u16,
+                4 => *(self.at as *mut u32) = v as u32,
+                _ => *(self.at as *mut u64) = v,
+            }
+        }
+    }
+}
+
 /// The exported tables of a running HotSpot.
 #[derive(Debug)]
 pub struct VmStructs {
@@ -296,7 +333,11 @@ impl VmStructs {
 
     /// Where the value of a VM flag is stored (`bool`, `uint`, `size_t`, `intx`, `uintx`).
     fn flag_addr(&self, name: &str) -> Result<usize, String> {
-        let e = self.flag_entry(name)?;
+        self.value_addr(self.flag_entry(name)?)
+    }
+
+    /// Where the value of the flag at table entry `e` is stored.
+    fn value_addr(&self, e: usize) -> Result<usize, String> {
         let addr_off = self.offset("JVMFlag", "_addr")?;
         // SAFETY: `e` is a JVMFlag entry of the VM's table; `_addr` points at the flag's global.
         Ok(unsafe { *((e + addr_off) as *const usize) })
@@ -305,7 +346,7 @@ impl VmStructs {
     /// Where a flag's value came from (`JVMFlag::_flags`): whether anyone but HotSpot's
     /// defaults set it.
     pub fn flag_origin(&self, name: &str) -> Result<FlagOrigin, String> {
-        let bits = self.flag_bits(name)?;
+        let bits = self.bits_field(self.flag_entry(name)?)?.read() as u32;
         let mask = self.int_constant(&["JVMFlag::VALUE_ORIGIN_MASK"])? as u32;
         let default = self.int_constant(&["JVMFlagOrigin::DEFAULT"])? as u32;
         let ergonomic = self.int_constant(&["JVMFlagOrigin::ERGONOMIC"])? as u32;
@@ -320,58 +361,39 @@ impl VmStructs {
         })
     }
 
-    /// `JVMFlag::_flags` of `name` and its address and width (a 4-byte enum in JDK 17, the
-    /// width the VM states elsewhere).
-    fn flag_bits_at(&self, name: &str) -> Result<(usize, usize), String> {
-        let e = self.flag_entry(name)?;
+    /// The `JVMFlag::_flags` field of table entry `e` (a 4-byte enum in JDK 17, the width the
+    /// VM states elsewhere).
+    fn bits_field(&self, e: usize) -> Result<IntField, String> {
         let off = self.offset("JVMFlag", "_flags")?;
         let width = self.type_size("JVMFlag::Flags").unwrap_or(4);
         if width != 2 && width != 4 {
             return Err(format!("JVMFlag::_flags is {width} bytes wide"));
         }
-        Ok((e + off, width))
+        Ok(IntField { at: e + off, width })
     }
 
-    fn flag_bits(&self, name: &str) -> Result<u32, String> {
-        let (at, width) = self.flag_bits_at(name)?;
-        // SAFETY: `at` is the `_flags` field of a JVMFlag entry, `width` bytes wide.
-        Ok(unsafe {
-            if width == 2 {
-                *(at as *const u16) as u32
-            } else {
-                *(at as *const u32)
-            }
-        })
-    }
-
-    /// The width in bytes of an unsigned or signed integer flag (`uint`, `uintx`, `size_t`,
-    /// ...), from `JVMFlag::_type`: an index into HotSpot's list of flag types, in the order
-    /// the serviceability agent also relies on (`bool int uint intx uintx uint64_t size_t
-    /// double ccstr ccstrlist`). G1's percentages are `uintx` in JDK 17 and `uint` in JDK 25.
-    fn flag_int_width(&self, name: &str) -> Result<usize, String> {
-        let e = self.flag_entry(name)?;
+    /// The value of the integer flag `name` (`uint`, `uintx`, `size_t`, ...), its width from
+    /// `JVMFlag::_type`: an index into HotSpot's list of flag types, in the order the
+    /// serviceability agent also relies on (`bool int uint intx uintx uint64_t size_t double
+    /// ccstr ccstrlist`). G1's percentages are `uintx` in JDK 17 and `uint` in JDK 25.
+    fn int_flag(&self, e: usize, name: &str) -> Result<IntField, String> {
         let off = self.offset("JVMFlag", "_type")?;
         // SAFETY: `_type` is an int field of a JVMFlag entry.
         let ty = unsafe { *((e + off) as *const i32) };
-        match ty {
-            1 | 2 => Ok(4),
-            3..=6 => Ok(8),
-            _ => Err(format!("{name} is not an integer flag (type {ty})")),
-        }
+        let width = match ty {
+            1 | 2 => 4,
+            3..=6 => 8,
+            _ => return Err(format!("{name} is not an integer flag (type {ty})")),
+        };
+        Ok(IntField {
+            at: self.value_addr(e)?,
+            width,
+        })
     }
 
     /// The value of an unsigned integer flag of either width.
     pub fn flag_uint(&self, name: &str) -> Result<u64, String> {
-        let width = self.flag_int_width(name)?;
-        let addr = self.flag_addr(name)?;
-        // SAFETY: `addr` is the flag's global, `width` bytes wide as its type says.
-        Ok(unsafe {
-            if width == 4 {
-                u64::from(*(addr as *const u32))
-            } else {
-                *(addr as *const u64)
-            }
-        })
+        Ok(self.int_flag(self.flag_entry(name)?, name)?.read())
     }
 
     /// Sets an unsigned integer flag as HotSpot's own ergonomics would (`FLAG_SET_ERGO`: the
@@ -381,28 +403,18 @@ impl VmStructs {
     /// Only while the VM is still starting and reads the flag later, single-threaded: from
     /// `Agent_OnLoad`, before the heap is made.
     pub unsafe fn set_flag_uint_ergonomic(&self, name: &str, value: u64) -> Result<(), String> {
-        let width = self.flag_int_width(name)?;
-        if width == 4 && value > u64::from(u32::MAX) {
+        let e = self.flag_entry(name)?;
+        let field = self.int_flag(e, name)?;
+        if field.width == 4 && value > u64::from(u32::MAX) {
             return Err(format!("{value} does not fit {name}"));
         }
-        let addr = self.flag_addr(name)?;
-        let (at, bits_width) = self.flag_bits_at(name)?;
+        let origin = self.bits_field(e)?;
         let mask = self.int_constant(&["JVMFlag::VALUE_ORIGIN_MASK"])? as u32;
         let ergonomic = self.int_constant(&["JVMFlagOrigin::ERGONOMIC"])? as u32;
-        let bits = (self.flag_bits(name)? & !mask) | ergonomic;
-        // SAFETY: the caller's contract: nothing else reads or writes the flag meanwhile;
-        // `addr` is the flag's global, `width` bytes wide as its type says, `at` its `_flags`.
+        // SAFETY: the caller's contract: nothing else reads or writes the flag meanwhile.
         unsafe {
-            if width == 4 {
-                *(addr as *mut u32) = value as u32;
-            } else {
-                *(addr as *mut u64) = value;
-            }
-            if bits_width == 2 {
-                *(at as *mut u16) = bits as u16;
-            } else {
-                *(at as *mut u32) = bits;
-            }
+            field.write(value);
+            origin.write(u64::from((origin.read() as u32 & !mask) | ergonomic));
         }
         Ok(())
     }

@@ -223,8 +223,9 @@ fn a_young_generation_fitted_to_the_budget_keeps_eden_from_the_memory_server() {
 }
 
 /// `-XX:+PrintFlagsFinal` of a JVM started with the agent (`-version`): the lines of G1's
-/// young sizing flags and of the flag stored next to them (a write of the wrong width would
-/// change it).
+/// young sizing flags and of `G1ReservePercent`, another G1 percentage, as a witness that
+/// nothing beside them changed (an 8-byte write to JDK 25's 4-byte percentages overwrites
+/// whatever the JVM stores next).
 fn young_flags(java: &str, jvm_flags: &[&str], opts: &str) -> String {
     let mut flags = vec![
         "-Xmx1g",
