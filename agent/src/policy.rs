@@ -87,6 +87,12 @@ pub trait PagingPolicy: Send + Sync + std::fmt::Debug {
     fn note_tracked(&self, _class: ThreadClass) {}
     /// A page read in for `class` and mapped write-protected was written.
     fn note_written(&self, _class: ThreadClass) {}
+    /// Whether the young regions a pause frees are left mapped write-protected for eden to
+    /// reuse, rather than discarded as other dead space (`pager::release`): that G1 hands
+    /// them out again next is the collector's knowledge, which a plain pager does not use.
+    fn keeps_freed_young(&self) -> bool {
+        false
+    }
 }
 
 /// Learns, per thread class, whether write-protecting the pages a class reads in pays: a
@@ -255,6 +261,10 @@ impl PagingPolicy for MemLiner {
         if let Some(w) = &self.adaptive_dirty {
             w.written(class);
         }
+    }
+
+    fn keeps_freed_young(&self) -> bool {
+        true
     }
 }
 

@@ -387,3 +387,195 @@ fn a_page_released_while_its_write_back_is_in_flight_stays_dropped() {
         );
     }
 }
+
+/// [`start`] under the `memliner` policy (no prefetching, dirty pages always tracked), which
+/// leaves freed young regions mapped write-protected.
+fn start_memliner(region: &Region) -> memliner_agent::pager::Pager {
+    start_pager(
+        region,
+        PagerConfig {
+            fill_ahead: 0,
+            prefetch_depth: 0,
+            policy: Arc::new(memliner_agent::policy::MemLiner {
+                prefetch: false,
+                scope: memliner_agent::policy::StreamScope::Thread,
+                adaptive_dirty: None,
+            }),
+            ..common::config(BUDGET)
+        },
+        Box::new(LocalStore::new(PAGES as u64)),
+        Box::new(AllApp),
+    )
+}
+
+/// The young regions of the pause under way: `[lo, hi)` pages of `region`.
+fn young_pause(pager: &memliner_agent::pager::Pager, region: &Region, (lo, hi): (usize, usize)) {
+    use memliner_agent::gc_activity::{RegionKind, RegionMap, RegionSpan};
+    let young = RegionMap::new(vec![RegionSpan {
+        start: region.base + lo * PAGE_SIZE,
+        end: region.base + hi * PAGE_SIZE,
+        kind: RegionKind::Young,
+    }]);
+    pager.gc_pause_started(young, false);
+}
+
+/// All faults of the application class so far.
+fn app_faults(pager: &memliner_agent::pager::Pager) -> u64 {
+    pager.counters().faults[ThreadClass::Application as usize]
+        .iter()
+        .map(|k| k.load(Ordering::SeqCst))
+        .sum()
+}
+
+/// A freed young region (eden, which G1 hands out again next) is left mapped, its written
+/// pages write-protected in the pause rather than discarded: reused, the first write unprotects
+/// the run after it with it (one fault, the bytes the JVM writes kept); pushed out unwritten,
+/// its pages are dropped without a write-back and read back as zeros, never fetched.
+#[test]
+fn a_freed_young_region_is_write_protected_reused_with_one_fault_and_evicted_unwritten() {
+    let region = Region::new(PAGES);
+    let pager = start_memliner(&region);
+    let c = pager.counters();
+    let (lo, hi) = (0, BUDGET / 4);
+    // Eden filled: written pages, nothing evicted yet (the budget counts as short).
+    for p in lo..hi {
+        region.write(p, 7, 0xeded_0000 + p as u64);
+    }
+    let resident = pager.resident_pages();
+    young_pause(&pager, &region, (lo, PAGES));
+    let dropped = pager.release(region.base + lo * PAGE_SIZE, (hi - lo) * PAGE_SIZE);
+    pager.gc_pause_finished(None, Default::default());
+    assert_eq!(
+        dropped, 0,
+        "a young region's mapped pages are not discarded"
+    );
+    assert_eq!(
+        c.released_protected.load(Ordering::SeqCst),
+        (hi - lo) as u64
+    );
+    assert_eq!(
+        c.released_left_mapped.load(Ordering::SeqCst),
+        (hi - lo) as u64
+    );
+    assert_eq!(pager.resident_pages(), resident, "still resident");
+    // Reused as eden: the first write faults once and unprotects the rest of the run.
+    let faults = app_faults(&pager);
+    let writes = || {
+        c.faults[ThreadClass::Application as usize][FaultKind::Write as usize]
+            .load(Ordering::SeqCst)
+    };
+    let written = writes();
+    for p in lo..hi {
+        region.write(p, 9, 0x0de0_0000 + p as u64);
+    }
+    // The handler counts a fault after it wakes the writer.
+    common::wait_until(
+        || writes() > written,
+        || "the write fault is counted".into(),
+    );
+    assert_eq!(writes() - written, 1, "one write fault for the run");
+    assert_eq!(app_faults(&pager) - faults, 1, "and no other fault");
+    assert_eq!(
+        c.unprotected_ahead.load(Ordering::SeqCst),
+        (hi - lo - 1) as u64
+    );
+    for p in lo..hi {
+        assert_eq!(region.read(p, 9), 0x0de0_0000 + p as u64, "page {p} reused");
+    }
+    // Freed again, then pushed out by other pages without being written since: no write-back,
+    // zeros on the next touch, no fetch.
+    young_pause(&pager, &region, (lo, PAGES));
+    assert_eq!(
+        pager.release(region.base + lo * PAGE_SIZE, (hi - lo) * PAGE_SIZE),
+        0
+    );
+    pager.gc_pause_finished(None, Default::default());
+    assert_eq!(
+        c.released_protected.load(Ordering::SeqCst),
+        2 * (hi - lo) as u64
+    );
+    let evicted_zero = c.evicted_zero.load(Ordering::SeqCst);
+    let pages_written = c.pages_written.load(Ordering::SeqCst);
+    let dropped = || c.evicted_zero.load(Ordering::SeqCst) - evicted_zero;
+    let mut rounds = 0;
+    while dropped() < (hi - lo) as u64 {
+        assert!(
+            rounds < 4,
+            "{} of the {} protected pages dropped after {rounds} rounds over the rest",
+            dropped(),
+            hi - lo
+        );
+        rounds += 1;
+        for p in hi..PAGES {
+            region.write(p, 7, 0x0710_0000 + p as u64);
+        }
+        pager.settle();
+    }
+    assert!(
+        c.pages_written.load(Ordering::SeqCst) - pages_written <= (rounds * (PAGES - hi)) as u64,
+        "only the pages written since went to the store"
+    );
+    let remote = || {
+        c.faults[ThreadClass::Application as usize][FaultKind::Remote as usize]
+            .load(Ordering::SeqCst)
+    };
+    let before = remote();
+    for p in lo..hi {
+        assert_eq!(region.read(p, 9), 0, "page {p}, dead and evicted, is zeros");
+    }
+    assert_eq!(remote(), before, "no dead page fetched back");
+    for p in hi..PAGES {
+        assert_eq!(region.read(p, 7), 0x0710_0000 + p as u64, "page {p}");
+    }
+}
+
+/// Where the reclaimer turned the budget over faster than eden fills since the last collection
+/// (more pages evicted than the young regions hold), a freed young region's pages are
+/// discarded as any dead space: left mapped, they would hold budget the live pages need.
+#[test]
+fn a_freed_young_region_is_discarded_when_the_budget_turns_over_faster_than_eden() {
+    let region = Region::new(PAGES);
+    let pager = start_memliner(&region);
+    let c = pager.counters();
+    for p in 0..PAGES {
+        region.write(p, 7, p as u64 + 1);
+    }
+    pager.settle();
+    pager.gc_pause_finished(None, Default::default());
+    // Every page again: far more evictions than the young regions' BUDGET / 4 pages.
+    let evicted = c.evicted();
+    for p in 0..PAGES {
+        region.write(p, 7, p as u64 + 2);
+    }
+    pager.settle();
+    let (lo, hi) = (PAGES - BUDGET / 4, PAGES);
+    assert!(c.evicted() - evicted >= (hi - lo) as u64);
+    young_pause(&pager, &region, (lo, hi));
+    let dropped = pager.release(region.base + lo * PAGE_SIZE, (hi - lo) * PAGE_SIZE);
+    pager.gc_pause_finished(None, Default::default());
+    assert_eq!(dropped, hi - lo, "every page dropped");
+    assert_eq!(c.released_protected.load(Ordering::SeqCst), 0);
+    for p in lo..hi {
+        assert_eq!(region.read(p, 7), 0, "page {p}");
+    }
+}
+
+/// Under `baseline` (a pager that does not use the collector's knowledge) a freed young region
+/// is dead space like any other: discarded while the budget is short.
+#[test]
+fn under_baseline_a_freed_young_region_is_discarded() {
+    let region = Region::new(PAGES);
+    let pager = start(&region, Box::new(LocalStore::new(PAGES as u64)));
+    let (lo, hi) = (0, BUDGET / 4);
+    for p in lo..hi {
+        region.write(p, 7, p as u64 + 1);
+    }
+    young_pause(&pager, &region, (lo, PAGES));
+    let dropped = pager.release(region.base + lo * PAGE_SIZE, (hi - lo) * PAGE_SIZE);
+    pager.gc_pause_finished(None, Default::default());
+    assert_eq!(dropped, hi - lo);
+    assert_eq!(
+        pager.counters().released_protected.load(Ordering::SeqCst),
+        0
+    );
+}

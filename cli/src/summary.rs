@@ -127,9 +127,12 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
     }
     let dead = &pager.dead;
     if dead.collections > 0 {
-        let left = match dead.left_mapped() {
-            0 => String::new(),
-            n => format!("; {n} local pages left to the JVM, the budget having room"),
+        let left = match (dead.left_mapped() - dead.protected(), dead.protected()) {
+            (0, 0) => String::new(),
+            (n, 0) => format!("; {n} local pages left to the JVM, the budget having room"),
+            (n, w) => format!(
+                "; {n} local pages left to the JVM, {w} of them write-protected young regions for eden to reuse"
+            ),
         };
         out.push(format!(
             "dead space: {} pages dropped after {} collections ({} free-region, {} above top; {} fetches of dead bytes saved, {} local pages freed{left}), {:.1} ms in pauses",

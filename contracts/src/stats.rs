@@ -138,6 +138,10 @@ pub struct PagerDoc {
     pub remote: RemoteDoc,
     pub evictions: EvictionsDoc,
     pub zero_filled_ahead: u64,
+    /// Pages of zeros or dead bytes unprotected with the write fault before them (a freed
+    /// young region left mapped write-protected, reused front to back).
+    #[serde(default)]
+    pub unprotected_ahead: u64,
     /// Pages a patched collector released (the regions it freed): dropped, local and
     /// remote, so that their reuse zero-fills locally.
     #[serde(default)]
@@ -180,6 +184,11 @@ pub struct ReleasedDoc {
     /// so the JVM reuses them in place rather than zero-filling them again.
     #[serde(default)]
     pub left_mapped: u64,
+    /// Of `left_mapped`, written pages of freed young regions write-protected in the pause:
+    /// the JVM reuses them as eden with one write fault a run, and the reclaimer drops those
+    /// it evicts first without a write-back.
+    #[serde(default)]
+    pub protected: u64,
 }
 
 /// Dead heap space dropped after collections (`dead=drop`).
@@ -214,6 +223,10 @@ impl DeadDoc {
     pub fn left_mapped(&self) -> u64 {
         self.free_region.left_mapped + self.above_top.left_mapped
     }
+
+    pub fn protected(&self) -> u64 {
+        self.free_region.protected + self.above_top.protected
+    }
 }
 
 /// Pages dropped for one reason.
@@ -229,6 +242,10 @@ pub struct DeadReasonDoc {
     /// so the JVM reuses them in place rather than zero-filling them again.
     #[serde(default)]
     pub left_mapped: u64,
+    /// Of `left_mapped`, written pages of freed young regions write-protected in the pause
+    /// (see `ReleasedDoc::protected`).
+    #[serde(default)]
+    pub protected: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -639,6 +656,7 @@ impl StatsDoc {
                     zero: 3,
                 },
                 zero_filled_ahead: 0,
+                unprotected_ahead: 0,
                 released: ReleasedDoc::default(),
                 dead: DeadDoc::default(),
                 unmap_events: 0,

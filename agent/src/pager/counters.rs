@@ -27,6 +27,8 @@ pub struct PagerCounters {
     pub evicted_dirty: AtomicU64,
     pub evicted_zero: AtomicU64,
     pub zero_filled_ahead: AtomicU64,
+    /// Pages of zeros or dead bytes unprotected with a write fault before them.
+    pub unprotected_ahead: AtomicU64,
     pub unmap_events: AtomicU64,
     /// Reclaim passes that found every charged page in flight (nothing to evict yet).
     pub reclaim_found_all_in_flight: AtomicU64,
@@ -52,6 +54,8 @@ pub struct PagerCounters {
     pub released_remote: AtomicU64,
     /// Released pages left mapped, not dropped: the budget had room (see `release`).
     pub released_left_mapped: AtomicU64,
+    /// Of those, written pages of freed young regions write-protected (`Mapped::Protect`).
+    pub released_protected: AtomicU64,
     /// Pages dropped as dead at the end of a collection (a stock JDK's heap layout), by
     /// `gc_layout::Reason`.
     pub dead_pages: [AtomicU64; Reason::COUNT],
@@ -61,6 +65,8 @@ pub struct PagerCounters {
     pub dead_mapped: [AtomicU64; Reason::COUNT],
     /// Dead pages left mapped, not dropped: the budget had room (see `release`).
     pub dead_left_mapped: [AtomicU64; Reason::COUNT],
+    /// Of those, written pages of freed young regions write-protected (`Mapped::Protect`).
+    pub dead_protected: [AtomicU64; Reason::COUNT],
     /// Service times of faults by where the page came from, `[local, remote]`: what a
     /// scrape of `/metrics` reads without taking the histograms' locks.
     pub fault_latency: [LatencyBuckets; 2],

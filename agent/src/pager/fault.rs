@@ -27,6 +27,12 @@ use crate::model::{FaultKind, ThreadClass, ThreadKind};
 use crate::policy::Source;
 use crate::uffd::{CopyOutcome, Event};
 
+/// Pages of zeros or dead bytes a write fault unprotects after its own at most: the rest of a
+/// 1 MiB region (G1's region size for heaps up to 2 GiB). Unprotecting costs a TLB shootdown
+/// per call whatever its length, and the JVM fills a reused region front to back: with 31
+/// (a zero fill's run) Spark KMeans at 25% of 1 GiB took 117k write faults, 6.5 s.
+const UNPROTECT_AHEAD: usize = 255;
+
 /// One page fault being served: the event (kept for a retry) and what was read from it.
 #[derive(Clone, Copy)]
 struct Fault {
@@ -600,6 +606,20 @@ impl<'a> Handler<'a> {
         out
     }
 
+    /// Claims up to `fill_ahead` pages of zeros or dead bytes (`CleanZero`) right after `p`,
+    /// for a write fault to unprotect with it.
+    fn unprotect_ahead(&self, p: usize) -> Vec<Claim<'a>> {
+        let ctx = &*self.p.ctx;
+        let end = (p + 1 + UNPROTECT_AHEAD).min(ctx.span_end(p));
+        let out: Vec<Claim<'a>> = (p + 1..end)
+            .map_while(|q| ctx.table.claim(q, PageState::CleanZero))
+            .collect();
+        ctx.counters
+            .unprotected_ahead
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
+    }
+
     /// A touch of an inactive page: its bytes come back from its slot, no network.
     fn reactivate(&mut self, f: Fault) {
         let Fault {
@@ -709,14 +729,27 @@ impl<'a> Handler<'a> {
                         .reclaim
                         .referenced(p, ctx.config.policy.promotes(class));
                 }
+                // A first write to a page of zeros or dead bytes (a freed region left mapped,
+                // see `release`) is the JVM filling fresh space: the run of such pages after it
+                // is unprotected with it, as a zero fill maps a run ahead.
+                let ahead = if s == PageState::CleanZero {
+                    self.unprotect_ahead(p)
+                } else {
+                    Vec::new()
+                };
                 let a = ctx.page_addr(p);
-                match ctx.uffd.write_protect(a, PAGE_SIZE, false, true) {
+                let len = (1 + ahead.len()) * PAGE_SIZE;
+                match ctx.uffd.write_protect(a, len, false, true) {
                     Ok(true) => {}
                     Ok(false) => {
+                        drop(ahead);
                         drop(c);
                         return self.retry.push(ev);
                     }
                     Err(e) => ctx.die(&format!("cannot unprotect heap page {p} at {a:#x}: {e}")),
+                }
+                for q in ahead {
+                    q.finish(PageState::Dirty);
                 }
                 c.finish(PageState::Dirty);
                 if s != PageState::Dirty {

@@ -7,7 +7,9 @@
 //! Remote    --fetch------------------->  Clean (read)     | Dirty (write)
 //! Clean/CleanZero --write (WP fault)---> Dirty
 //! Clean   --released, left mapped----->  CleanZero (the store's copy forgotten: dead bytes)
-//! mapped  --deactivate (reclaimer)---->  InactiveClean | InactiveDirty   (bytes in a slot)
+//! Dirty   --released young, protected->  CleanZero (write-protected in the pause: dead bytes)
+//! CleanZero --deactivate (reclaimer)-->  Untouched (zeros or dead bytes: no slot needed)
+//! Clean/Dirty --deactivate (reclaimer)-> InactiveClean | InactiveDirty  (bytes in a slot)
 //! Inactive --touch (local fault)------>  mapped again, referenced
 //! InactiveClean --evict--------------->  Remote (stored copy current) | Untouched (zeros)
 //! InactiveDirty --evict--> Writeback --> Remote (written back) | Untouched (all zeros)
@@ -417,6 +419,13 @@ impl Pager {
     pub fn gc_pause_started(&self, regions: crate::gc_activity::RegionMap, read: bool) -> usize {
         // The map first: the pages read for the pause are admitted by their region.
         self.parts.attribution.pause_started(regions.clone());
+        let young: usize = regions
+            .spans()
+            .iter()
+            .filter(|s| s.kind == crate::gc_activity::RegionKind::Young)
+            .map(|s| (s.end - s.start) / swap_backend::PAGE_SIZE)
+            .sum();
+        self.room.pause_started(young);
         self.parts
             .pause_reads
             .started(&self.parts.for_pause_reads(), &regions, read)
@@ -512,7 +521,7 @@ impl Pager {
     /// is short: see `release`). The caller keeps the range untouched until this returns.
     /// Never blocks on the network.
     pub fn release(&self, start: usize, len: usize) -> usize {
-        let mapped = self.room.mapped(&self.parts.ctx, &self.parts.budget);
+        let mapped = self.mapped_for(start, true);
         let r = release::drop_range(&self.parts, start, len, mapped);
         let c = &self.parts.ctx.counters;
         c.pages_released
@@ -520,6 +529,8 @@ impl Pager {
         c.released_remote.fetch_add(r.remote, Ordering::Relaxed);
         c.released_left_mapped
             .fetch_add(r.left_mapped as u64, Ordering::Relaxed);
+        c.released_protected
+            .fetch_add(r.protected as u64, Ordering::Relaxed);
         r.dropped
     }
 
@@ -530,19 +541,43 @@ impl Pager {
     pub fn release_dead(&self, ranges: &[crate::gc_layout::DeadRange]) {
         let t = Instant::now();
         let c = &self.parts.ctx.counters;
-        let mapped = self.room.mapped(&self.parts.ctx, &self.parts.budget);
         for r in ranges {
             let len = r.end.saturating_sub(r.start);
+            let mapped = self.mapped_for(r.start, r.reason == crate::gc_layout::Reason::FreeRegion);
             let d = release::drop_range(&self.parts, r.start, len, mapped);
             let i = r.reason as usize;
             c.dead_pages[i].fetch_add(d.dropped as u64, Ordering::Relaxed);
             c.dead_remote[i].fetch_add(d.remote, Ordering::Relaxed);
             c.dead_mapped[i].fetch_add(d.mapped as u64, Ordering::Relaxed);
             c.dead_left_mapped[i].fetch_add(d.left_mapped as u64, Ordering::Relaxed);
+            c.dead_protected[i].fetch_add(d.protected as u64, Ordering::Relaxed);
         }
         c.dead_collections.fetch_add(1, Ordering::Relaxed);
         c.dead_ns
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// What dropping the dead range at `start` does with its mapped pages: as the budget's
+    /// room says ([`release::Room`]), except that a whole region (`region`) that was young
+    /// when the pause under way started is left mapped write-protected when the budget is
+    /// short ([`release::Mapped::Protect`]): G1 hands freed young regions out again as eden
+    /// soon after, and discarding them cost the pauses time (1.4 s of Spark KMeans' at
+    /// 25% of 1 GiB) and the reuse a zero fill per page.
+    fn mapped_for(&self, start: usize, region: bool) -> release::Mapped {
+        let mapped = self.room.mapped(&self.parts.ctx, &self.parts.budget);
+        let young = || {
+            self.parts.attribution.region_at(start) == Some(crate::gc_activity::RegionKind::Young)
+        };
+        if mapped == release::Mapped::Drop
+            && self.parts.ctx.config.policy.keeps_freed_young()
+            && region
+            && young()
+            && self.room.keeps_young(&self.parts.ctx)
+        {
+            release::Mapped::Protect
+        } else {
+            mapped
+        }
     }
 
     /// The residency map: `npages` bytes, 1 = remote (a touch fetches the page from the

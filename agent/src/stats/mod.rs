@@ -210,6 +210,7 @@ fn dead_doc(p: &Pager, why_not: Option<&str>) -> DeadDoc {
         remote: ld(&c.dead_remote[r as usize]),
         mapped: ld(&c.dead_mapped[r as usize]),
         left_mapped: ld(&c.dead_left_mapped[r as usize]),
+        protected: ld(&c.dead_protected[r as usize]),
     };
     DeadDoc {
         on: why_not.is_none(),
@@ -253,10 +254,12 @@ fn pager_doc(p: &Pager, remote_faults: u64, dead_why_not: Option<&str>) -> Pager
             zero: ld(&c.evicted_zero),
         },
         zero_filled_ahead: ld(&c.zero_filled_ahead),
+        unprotected_ahead: ld(&c.unprotected_ahead),
         released: ReleasedDoc {
             pages: ld(&c.pages_released),
             remote: ld(&c.released_remote),
             left_mapped: ld(&c.released_left_mapped),
+            protected: ld(&c.released_protected),
         },
         dead: dead_doc(p, dead_why_not),
         unmap_events: ld(&c.unmap_events),

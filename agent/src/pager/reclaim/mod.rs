@@ -754,11 +754,24 @@ impl Reclaimer {
                 }
             })
         };
-        let mut victims: Vec<(Claim<'_>, bool)> = taken
+        let victims: Vec<(Claim<'_>, bool)> = taken
             .iter()
             .zip(claims.iter_mut())
             .map(|(&(_, cold), c)| (c.take().unwrap(), cold))
             .collect();
+        // Zeros or dead bytes (`CleanZero`, write-protected: a writer waits for the claim)
+        // need no slot: discarded, the next touch zero-fills, which is all a slot would give.
+        let (zeros, mut victims): (Vec<_>, Vec<_>) = victims
+            .into_iter()
+            .partition(|(c, _)| c.from() == PageState::CleanZero);
+        let dropped = self.drop_zeros(zeros);
+        if victims.is_empty() {
+            return if dropped > 0 {
+                Evicted::Pages(dropped)
+            } else {
+                Evicted::NoVictim
+            };
+        }
         let mut slots = self.slots.alloc(victims.len());
         if slots.len() < victims.len() {
             // Out of slots (a list this long is already being written back): the rest stay.
@@ -766,7 +779,11 @@ impl Reclaimer {
         }
         if victims.is_empty() {
             self.slots.release(&slots);
-            return Evicted::NoVictim;
+            return if dropped > 0 {
+                Evicted::Pages(dropped)
+            } else {
+                Evicted::NoVictim
+            };
         }
         let started = Instant::now();
         // The pages a pipe may hold first (see `splice`): all but adopted ones.
@@ -870,7 +887,34 @@ impl Reclaimer {
                 .costs
                 .deactivate(started.elapsed().as_nanos() as u64 / n as u64);
         }
-        Evicted::Pages(n)
+        Evicted::Pages(n + dropped)
+    }
+
+    /// Evicts claimed `CleanZero` pages at once: discarded and left untouched, no slot, no
+    /// write-back. Returns how many.
+    fn drop_zeros(&self, zeros: Vec<(Claim<'_>, bool)>) -> usize {
+        if zeros.is_empty() {
+            return 0;
+        }
+        let mut pages: Vec<usize> = zeros.iter().map(|(c, _)| c.page()).collect();
+        pages.sort_unstable();
+        if let Err(e) = self.ctx.discard(&os::runs(self.ctx.base, &pages)) {
+            self.ctx.die(&format!("cannot discard heap pages: {e}"));
+        }
+        let mut l = self.lists();
+        for (c, _) in &zeros {
+            l.forget(c.page());
+        }
+        drop(l);
+        let n = zeros.len();
+        for (c, _) in zeros {
+            c.finish(PageState::Untouched);
+        }
+        self.ctx
+            .counters
+            .evicted_zero
+            .fetch_add(n as u64, Ordering::Relaxed);
+        n
     }
 
     /// Gives deactivation victims back to the front of the lists they came from (their claims
