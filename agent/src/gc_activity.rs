@@ -166,6 +166,11 @@ impl RegionMap {
         &self.spans
     }
 
+    /// The spans of regions of `kind`, in address order.
+    pub fn of_kind(&self, kind: RegionKind) -> impl Iterator<Item = &RegionSpan> {
+        self.spans.iter().filter(move |s| s.kind == kind)
+    }
+
     /// The kind of the region holding `addr`, if the map names it.
     pub fn kind_at(&self, addr: usize) -> Option<RegionKind> {
         let i = self.spans.partition_point(|s| s.end <= addr);

@@ -372,10 +372,11 @@ impl VmStructs {
         Ok(IntField { at: e + off, width })
     }
 
-    /// The value of the integer flag `name` (`uint`, `uintx`, `size_t`, ...), its width from
-    /// `JVMFlag::_type`: an index into HotSpot's list of flag types, in the order the
-    /// serviceability agent also relies on (`bool int uint intx uintx uint64_t size_t double
-    /// ccstr ccstrlist`). G1's percentages are `uintx` in JDK 17 and `uint` in JDK 25.
+    /// The storage of the integer flag `name` at table entry `e` (`uint`, `uintx`, `size_t`,
+    /// ...), its width from `JVMFlag::_type`: an index into HotSpot's list of flag types, in
+    /// the order the serviceability agent also relies on (`bool int uint intx uintx uint64_t
+    /// size_t double ccstr ccstrlist`). G1's percentages are `uintx` in JDK 17 and `uint` in
+    /// JDK 25.
     fn int_flag(&self, e: usize, name: &str) -> Result<IntField, String> {
         let off = self.offset("JVMFlag", "_type")?;
         // SAFETY: `_type` is an int field of a JVMFlag entry.

@@ -127,11 +127,11 @@ pub fn lines(stats: &StatsDoc) -> Vec<String> {
     }
     let dead = &pager.dead;
     if dead.collections > 0 {
-        let left = match (dead.left_mapped() - dead.protected(), dead.protected()) {
-            (0, 0) => String::new(),
+        let left = match (dead.left_mapped(), dead.protected()) {
+            (0, _) => String::new(),
             (n, 0) => format!("; {n} local pages left to the JVM, the budget having room"),
             (n, w) => format!(
-                "; {n} local pages left to the JVM, {w} of them write-protected young regions for eden to reuse"
+                "; {n} local pages left to the JVM, {w} of them write-protected in young regions for eden to reuse"
             ),
         };
         out.push(format!(

@@ -606,8 +606,8 @@ impl<'a> Handler<'a> {
         out
     }
 
-    /// Claims up to `fill_ahead` pages of zeros or dead bytes (`CleanZero`) right after `p`,
-    /// for a write fault to unprotect with it.
+    /// Claims up to [`UNPROTECT_AHEAD`] pages of zeros or dead bytes (`CleanZero`) right after
+    /// `p`, within its span, for a write fault to unprotect with it.
     fn unprotect_ahead(&self, p: usize) -> Vec<Claim<'a>> {
         let ctx = &*self.p.ctx;
         let end = (p + 1 + UNPROTECT_AHEAD).min(ctx.span_end(p));

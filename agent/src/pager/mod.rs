@@ -420,9 +420,7 @@ impl Pager {
         // The map first: the pages read for the pause are admitted by their region.
         self.parts.attribution.pause_started(regions.clone());
         let young: usize = regions
-            .spans()
-            .iter()
-            .filter(|s| s.kind == crate::gc_activity::RegionKind::Young)
+            .of_kind(crate::gc_activity::RegionKind::Young)
             .map(|s| (s.end - s.start) / swap_backend::PAGE_SIZE)
             .sum();
         self.room.pause_started(young);

@@ -83,13 +83,11 @@ impl PauseReads {
         if !read {
             return 0;
         }
-        let spans = regions
-            .spans()
-            .iter()
-            .filter(|s| s.kind == RegionKind::Young);
         queue(
             p,
-            spans.flat_map(|s| pages_of(p, s)),
+            regions
+                .of_kind(RegionKind::Young)
+                .flat_map(|s| pages_of(p, s)),
             Prefetcher::read_for_pause,
         )
     }

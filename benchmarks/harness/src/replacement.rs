@@ -106,7 +106,8 @@ pub fn section(md: &mut String, cfg: &BenchConfig, rs: &[Record]) {
          collection (free regions; space above a region's or space's top), dropped without a \
          write-back; *fetches saved* were remote (their reuse zero-filled locally instead of \
          reading dead bytes), *freed* were local (budget back at once), *left* were local and \
-         left to the JVM to reuse in place, the budget having room. Prefetched pages evicted \
+         left to the JVM to reuse in place (the budget having room, or young regions \
+         write-protected for eden). Prefetched pages evicted \
          with no use seen count against prefetching.\n"
     );
     let _ = writeln!(

@@ -765,12 +765,12 @@ impl Reclaimer {
             .into_iter()
             .partition(|(c, _)| c.from() == PageState::CleanZero);
         let dropped = self.drop_zeros(zeros);
+        let only_dropped = || match dropped {
+            0 => Evicted::NoVictim,
+            n => Evicted::Pages(n),
+        };
         if victims.is_empty() {
-            return if dropped > 0 {
-                Evicted::Pages(dropped)
-            } else {
-                Evicted::NoVictim
-            };
+            return only_dropped();
         }
         let mut slots = self.slots.alloc(victims.len());
         if slots.len() < victims.len() {
@@ -779,11 +779,7 @@ impl Reclaimer {
         }
         if victims.is_empty() {
             self.slots.release(&slots);
-            return if dropped > 0 {
-                Evicted::Pages(dropped)
-            } else {
-                Evicted::NoVictim
-            };
+            return only_dropped();
         }
         let started = Instant::now();
         // The pages a pipe may hold first (see `splice`): all but adopted ones.
@@ -902,8 +898,8 @@ impl Reclaimer {
             self.ctx.die(&format!("cannot discard heap pages: {e}"));
         }
         let mut l = self.lists();
-        for (c, _) in &zeros {
-            l.forget(c.page());
+        for &p in &pages {
+            l.forget(p);
         }
         drop(l);
         let n = zeros.len();
