@@ -15,9 +15,12 @@
 //!
 //! # Blind windows back off
 //! A window without a trend is a guess about neighbours. A [`Governor`] follows the accuracy
-//! of all windows (resolved markers); while it is below [`Governor::BLIND_MIN_ACCURACY`] only
-//! trends are followed, plus one blind window in [`Governor::PROBE_EVERY`] so that the
-//! accuracy can recover. A wasted prefetch evicts a page that was probably going to be used:
+//! of blind windows and of windows along a trend apart (resolved markers); while the blind
+//! ones' is below [`Governor::BLIND_MIN_ACCURACY`] only trends are followed, plus one blind
+//! window in [`Governor::PROBE_EVERY`] so that the accuracy can recover. Kept apart because
+//! one thread does both: G1's concurrent marking thread faults at random while it traces
+//! (its blind windows mostly wasted) and page after page when it rebuilds remembered sets;
+//! judged by one accuracy, the sequential scan's windows were gated with the random ones. A wasted prefetch evicts a page that was probably going to be used:
 //! on a random-access workload (kv) blind windows were 88% wasted.
 //!
 //! # Hits are observed on markers
@@ -117,6 +120,22 @@ fn majority(xs: impl Iterator<Item = i64>) -> Option<i64> {
     cand
 }
 
+/// What a window's pages are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guess {
+    /// The next steps of the stream's trend.
+    Trend = 0,
+    /// The aligned block around a fault without a trend.
+    Blind = 1,
+}
+
+/// The pages a fault asks for, and on what grounds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub pages: Vec<u64>,
+    pub guess: Guess,
+}
+
 /// One prefetch stream: a detector and an adaptive depth.
 #[derive(Clone, Debug)]
 pub struct Stream {
@@ -148,6 +167,17 @@ impl Stream {
         self.depth = (self.depth / 2).max(1);
     }
 
+    /// Whether a fault at `page` is one of the next `depth` steps of the trend: the stream
+    /// foresaw it and its window was late (not yet read when its thread got there, or dropped)
+    /// rather than wrong.
+    fn foresaw(&self, page: u64) -> bool {
+        let (Some(d), Some(last)) = (self.det.trend(), self.det.last) else {
+            return false;
+        };
+        let gap = page as i64 - last as i64;
+        gap % d == 0 && (1..=self.depth as i64).contains(&(gap / d))
+    }
+
     /// Records the accesses a hit at `page` implies: the pages between the last fault and
     /// `page` along the trend were mapped by prefetch and touched without faulting. Leap, in
     /// the kernel, sees them as minor faults; without them the deltas between markers would
@@ -170,21 +200,33 @@ impl Stream {
     /// outside `0..npages`; the caller keeps only pages that are remote). Without a trend,
     /// the aligned block around `page` if `blind`, else nothing.
     pub fn window(&mut self, page: u64, npages: u64, blind: bool) -> Vec<u64> {
+        self.next_window(page, npages, blind).pages
+    }
+
+    fn next_window(&mut self, page: u64, npages: u64, blind: bool) -> Window {
         self.det.record(page);
         let depth = self.depth as i64;
         match self.det.trend() {
-            Some(d) => (1..=depth)
-                .map(|k| page as i64 + k * d)
-                .take_while(|q| *q >= 0 && (*q as u64) < npages)
-                .map(|q| q as u64)
-                .collect(),
-            None if !blind => Vec::new(),
-            None => {
-                let start = page - page % self.depth as u64;
-                (start..(start + self.depth as u64).min(npages))
-                    .filter(|q| *q != page)
-                    .collect()
-            }
+            Some(d) => Window {
+                pages: (1..=depth)
+                    .map(|k| page as i64 + k * d)
+                    .take_while(|q| *q >= 0 && (*q as u64) < npages)
+                    .map(|q| q as u64)
+                    .collect(),
+                guess: Guess::Trend,
+            },
+            None => Window {
+                pages: match blind {
+                    false => Vec::new(),
+                    true => {
+                        let start = page - page % self.depth as u64;
+                        (start..(start + self.depth as u64).min(npages))
+                            .filter(|q| *q != page)
+                            .collect()
+                    }
+                },
+                guess: Guess::Blind,
+            },
         }
     }
 }
@@ -209,6 +251,12 @@ pub struct ClassCounters {
     /// Windows not sent: the class's accuracy was below the chance that a page they would
     /// push out comes back (see [`Governor::worth`]).
     pub gated: AtomicU64,
+    /// Windows along a trend that found the reserve low and were read all the same, the
+    /// worker reclaiming for their pages as the demand faults they foresee would.
+    pub reclaimed_for: AtomicU64,
+    /// Windows along a trend that a demand fault asked for, read by the faulting thread
+    /// itself right after its own page (the stream had fallen behind its thread).
+    pub sync_windows: AtomicU64,
 }
 
 /// All counters of the engine, indexed by `ThreadClass as usize`.
@@ -257,24 +305,26 @@ pub struct Streams {
     pub blind: bool,
 }
 
-/// Follows how many of one stream class's prefetched windows are used, and says whether its
-/// windows are still worth their pages: guesses without a trend, and any window at all.
+/// Follows how many of one stream class's prefetched windows are used, blind ones and those
+/// along a trend apart, and says whether its windows are still worth their pages: guesses
+/// without a trend, and any window at all.
 #[derive(Clone, Debug)]
 pub struct Governor {
-    /// Moving average of resolved windows' outcomes (1 = used), in thousandths.
-    accuracy: u32,
+    /// Moving averages of resolved windows' outcomes (1 = used), in thousandths, by
+    /// [`Guess`].
+    accuracy: [u32; 2],
     resolved: u64,
     asked: u64,
-    weighed: u64,
+    weighed: [u64; 2],
 }
 
 impl Default for Governor {
     fn default() -> Self {
         Governor {
-            accuracy: 1000,
+            accuracy: [1000; 2],
             resolved: 0,
             asked: 0,
-            weighed: 0,
+            weighed: [0; 2],
         }
     }
 }
@@ -285,31 +335,49 @@ impl Governor {
     /// One blind window in this many is still issued while they are stopped.
     pub const PROBE_EVERY: u64 = 16;
 
-    /// A window was resolved: its marker was touched (`used`) or dropped untouched.
-    pub fn resolved(&mut self, used: bool) {
+    /// A window of `guess` was resolved: its marker was touched (`used`) or dropped
+    /// untouched.
+    pub fn resolved(&mut self, used: bool, guess: Guess) {
         let v = if used { 1000 } else { 0 };
-        self.accuracy = self.accuracy - self.accuracy / 32 + v / 32;
+        let a = &mut self.accuracy[guess as usize];
+        *a = *a - *a / 32 + v / 32;
         self.resolved += 1;
     }
 
-    pub fn accuracy(&self) -> f64 {
-        self.accuracy as f64 / 1000.0
+    pub fn accuracy(&self, guess: Guess) -> f64 {
+        self.accuracy[guess as usize] as f64 / 1000.0
     }
 
     /// Whether the next window may be blind.
     pub fn blind_allowed(&mut self) -> bool {
         self.asked += 1;
-        self.accuracy() >= Self::BLIND_MIN_ACCURACY || self.asked.is_multiple_of(Self::PROBE_EVERY)
+        self.accuracy(Guess::Blind) >= Self::BLIND_MIN_ACCURACY
+            || self.asked.is_multiple_of(Self::PROBE_EVERY)
     }
 
     /// Whether a window is worth the pages it displaces. Once the budget is full every
     /// prefetched page pushes one out, and `bar` is the chance that a page pushed out comes
-    /// back (refaults per eviction, `Reclaimer::pressure`): a window whose pages are used less
-    /// often than that brings in fewer pages than it sends back for later. Below the bar one
-    /// window in [`Self::PROBE_EVERY`] still goes, so that the accuracy can recover.
-    pub fn worth(&mut self, bar: f64) -> bool {
-        self.weighed += 1;
-        self.accuracy() >= bar || self.weighed.is_multiple_of(Self::PROBE_EVERY)
+    /// back (refaults per eviction, `Reclaimer::pressure`).
+    /// - A blind window whose pages are used less often than that brings in fewer pages than
+    ///   it sends back for later.
+    /// - A window along a trend holds the pages its thread reads next: a used one would have
+    ///   come in (and pushed a page out) on its own fault a moment later, so only the unused
+    ///   ones cost a page that comes back. It goes while `a > (1 - a) * bar`, its accuracy
+    ///   `a` above `bar / (1 + bar)` (0.47 where nine evicted pages in ten come back).
+    ///
+    /// Below the bar one window in [`Self::PROBE_EVERY`] still goes, so that the accuracy can
+    /// recover.
+    pub fn worth(&mut self, bar: f64, guess: Guess) -> bool {
+        let bar = match guess {
+            Guess::Blind => bar,
+            Guess::Trend => bar / (1.0 + bar),
+        };
+        let weighed = {
+            let w = &mut self.weighed[guess as usize];
+            *w += 1;
+            *w
+        };
+        self.accuracy(guess) >= bar || weighed.is_multiple_of(Self::PROBE_EVERY)
     }
 }
 
@@ -369,21 +437,24 @@ impl Streams {
         &mut lanes[i]
     }
 
-    /// A demand fault (not foreseen) at `page`: the stream shrinks and asks for a window.
-    pub fn on_demand(&mut self, key: StreamKey, page: u64, npages: u64) -> Vec<u64> {
+    /// A demand fault at `page`: the stream asks for a window, shrunk unless the fault is
+    /// along its trend (a late window is no reason for a smaller one).
+    pub fn on_demand(&mut self, key: StreamKey, page: u64, npages: u64) -> Window {
         let blind = self.blind;
         let s = self.lane(key, page);
-        s.miss();
-        s.window(page, npages, blind)
+        if !s.foresaw(page) {
+            s.miss();
+        }
+        s.next_window(page, npages, blind)
     }
 
     /// A fault served from a marker at `page`: the stream grows and asks for the next window.
-    pub fn on_hit(&mut self, key: StreamKey, page: u64, npages: u64) -> Vec<u64> {
+    pub fn on_hit(&mut self, key: StreamKey, page: u64, npages: u64) -> Window {
         let blind = self.blind;
         let s = self.lane(key, page);
         s.hit();
         s.record_skipped(page);
-        s.window(page, npages, blind)
+        s.next_window(page, npages, blind)
     }
 
     /// The marker at `page` of stream `key` was dropped untouched.
@@ -512,8 +583,8 @@ mod tests {
         let mut s = Streams::new(16);
         let mut last = (vec![], vec![]);
         for i in 0..12 {
-            last.0 = s.on_demand(1, 1000 + i, 1 << 20);
-            last.1 = s.on_demand(1, 90_000 + i, 1 << 20);
+            last.0 = s.on_demand(1, 1000 + i, 1 << 20).pages;
+            last.1 = s.on_demand(1, 90_000 + i, 1 << 20).pages;
         }
         assert_eq!(last.0, vec![1012]);
         assert_eq!(last.1, vec![90_012]);
@@ -530,8 +601,8 @@ mod tests {
         let mut s = Streams::new(16);
         let mut last = (vec![], vec![]);
         for (x, y) in &mixed {
-            last.0 = s.on_demand(1, *x, 1 << 20);
-            last.1 = s.on_demand(2, *y, 1 << 20);
+            last.0 = s.on_demand(1, *x, 1 << 20).pages;
+            last.1 = s.on_demand(2, *y, 1 << 20).pages;
         }
         assert_eq!(last.0, vec![1032], "depth halved to 1 by repeated misses");
         assert_eq!(last.1, vec![50_064]);
@@ -545,7 +616,8 @@ mod tests {
         }
         assert_eq!(s.depth(9, 9), Some(1));
         let w = s.on_hit(9, 10, 1000);
-        assert_eq!(w, vec![11, 12]);
+        assert_eq!(w.pages, vec![11, 12]);
+        assert_eq!(w.guess, Guess::Trend);
         s.on_hit(9, 12, 1000);
         s.on_hit(9, 14, 1000);
         assert_eq!(s.depth(9, 14), Some(8));
@@ -558,6 +630,25 @@ mod tests {
     }
 
     #[test]
+    fn a_demand_fault_along_the_trend_keeps_the_depth_and_one_off_it_halves_it() {
+        let mut s = Streams::new(32);
+        for p in 0..10 {
+            s.on_demand(9, p, 1000);
+        }
+        for p in [10, 12, 16, 24] {
+            s.on_hit(9, p, 1000);
+        }
+        assert_eq!(s.depth(9, 24), Some(16));
+        // Its window was late: the thread got to page 25 before it did.
+        let w = s.on_demand(9, 25, 1000);
+        assert_eq!(s.depth(9, 25), Some(16));
+        assert_eq!((w.guess, w.pages.len()), (Guess::Trend, 16));
+        // Beyond the window: not foreseen.
+        s.on_demand(9, 25 + 17, 1000);
+        assert_eq!(s.depth(9, 42), Some(8));
+    }
+
+    #[test]
     fn hits_far_along_the_trend_keep_it() {
         let mut s = Streams::new(32);
         for p in 0..6 {
@@ -566,7 +657,11 @@ mod tests {
         // Markers hit further and further ahead as windows grow.
         for p in [24, 45, 90, 180, 400] {
             let w = s.on_hit(1, p, 10_000);
-            assert_eq!(w.first(), Some(&(p + 3)), "trend kept after a hit at {p}");
+            assert_eq!(
+                w.pages.first(),
+                Some(&(p + 3)),
+                "trend kept after a hit at {p}"
+            );
         }
     }
 
@@ -621,13 +716,18 @@ mod tests {
         let mut g = Governor::default();
         assert!(g.blind_allowed());
         for _ in 0..100 {
-            g.resolved(false);
+            g.resolved(false, Guess::Blind);
         }
-        assert!(g.accuracy() < Governor::BLIND_MIN_ACCURACY);
+        assert!(g.accuracy(Guess::Blind) < Governor::BLIND_MIN_ACCURACY);
         let allowed = (0..64).filter(|_| g.blind_allowed()).count();
         assert_eq!(allowed as u64, 64 / Governor::PROBE_EVERY, "only probes");
+        // Windows along a trend being used says nothing of the blind ones.
         for _ in 0..100 {
-            g.resolved(true);
+            g.resolved(true, Guess::Trend);
+        }
+        assert_eq!((0..64).filter(|_| g.blind_allowed()).count(), 4);
+        for _ in 0..100 {
+            g.resolved(true, Guess::Blind);
         }
         assert!(g.blind_allowed());
         // Without blind windows a stream without a trend asks for nothing.
@@ -641,19 +741,33 @@ mod tests {
         let mut g = Governor::default();
         // Six windows in ten used.
         for i in 0..400 {
-            g.resolved(i % 10 < 6);
+            g.resolved(i % 10 < 6, Guess::Blind);
         }
-        assert!((g.accuracy() - 0.6).abs() < 0.1, "{}", g.accuracy());
+        let blind = g.accuracy(Guess::Blind);
+        assert!((blind - 0.6).abs() < 0.1, "{blind}");
         // Memory not full yet (nothing comes back): every window goes.
-        assert!((0..64).all(|_| g.worth(0.0)));
-        assert!((0..64).all(|_| g.worth(0.4)));
+        assert!((0..64).all(|_| g.worth(0.0, Guess::Blind)));
+        assert!((0..64).all(|_| g.worth(0.4, Guess::Blind)));
         // Nine evicted pages in ten come back: only probes go.
-        let sent = (0..64).filter(|_| g.worth(0.9)).count();
+        let sent = (0..64).filter(|_| g.worth(0.9, Guess::Blind)).count();
         assert_eq!(sent as u64, 64 / Governor::PROBE_EVERY);
-        // The probes find the windows used again: all go.
-        for _ in 0..200 {
-            g.resolved(true);
+        // Windows along a trend, as often used, still go: a used page of theirs would have
+        // come in on its own fault (one thread tracing at random and scanning in order, as
+        // G1's marking thread does, has both kinds).
+        for i in 0..400 {
+            g.resolved(i % 10 < 6, Guess::Trend);
         }
-        assert!((0..64).all(|_| g.worth(0.9)));
+        assert!((0..64).all(|_| g.worth(0.9, Guess::Trend)));
+        // Fewer than half used: only probes go.
+        for i in 0..400 {
+            g.resolved(i % 10 < 4, Guess::Trend);
+        }
+        assert_eq!((0..64).filter(|_| g.worth(0.9, Guess::Trend)).count(), 4);
+        assert_eq!((0..64).filter(|_| g.worth(0.9, Guess::Blind)).count(), 4);
+        // The probes find the blind windows used again: all go.
+        for _ in 0..200 {
+            g.resolved(true, Guess::Blind);
+        }
+        assert!((0..64).all(|_| g.worth(0.9, Guess::Blind)));
     }
 }

@@ -711,3 +711,50 @@ fn a_mixed_collection_s_named_pages_are_read_for_it() {
         hinted_before + 1
     );
 }
+
+/// G1's concurrent marking thread traces at random and then rebuilds remembered sets page after
+/// page: one thread, one stream class, both kinds of reads. Its random reads' blind windows
+/// go unused; the scan after them must still be read ahead, with the budget full (the reserve
+/// low) and whoever is behind: the faulting thread reads its trend's window itself.
+#[test]
+fn a_sequential_scan_after_random_reads_is_read_ahead_with_the_budget_full() {
+    const PAGES: usize = 4096;
+    const SCAN: std::ops::Range<usize> = 1024..3072;
+    let (region, classes, pager) = written(PAGES, 256);
+    let remote = |class: ThreadClass| {
+        pager.counters().faults[class as usize][FaultKind::Remote as usize].load(Ordering::SeqCst)
+    };
+    let pc = pager.prefetch_counters().unwrap();
+    let gc = &pc.by_class[ThreadClass::GcConcurrent as usize];
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            classes.become_gc();
+            // Tracing: pages far apart, each read once (a linear congruential walk).
+            let mut x: u64 = 12345;
+            for _ in 0..1500 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let p = (x >> 33) as usize % PAGES;
+                assert_eq!(region.read(p, 0), pattern(p, 0, 1), "page {p} (traced)");
+            }
+            let before = remote(ThreadClass::GcConcurrent);
+            for p in SCAN {
+                assert_eq!(region.read(p, 0), pattern(p, 0, 1), "page {p} (scanned)");
+            }
+            let faults = remote(ThreadClass::GcConcurrent) - before;
+            // Each miss brings its trend's window with it; the window's marker brings the next.
+            assert!(
+                faults * 8 < SCAN.len() as u64,
+                "{faults} remote faults scanning {} pages",
+                SCAN.len()
+            );
+        });
+    });
+    assert!(gc.sync_windows.load(Ordering::SeqCst) > 0);
+    assert!(
+        pager.peak_resident_pages() <= 256,
+        "peak {} over budget",
+        pager.peak_resident_pages()
+    );
+}

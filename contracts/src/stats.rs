@@ -511,6 +511,12 @@ pub struct PrefetchClassDoc {
     /// Windows not sent: used less often than evicted pages came back.
     #[serde(default)]
     pub gated_windows: u64,
+    /// Windows along a trend read while the reserve was low, reclaiming for their pages.
+    #[serde(default)]
+    pub reclaimed_windows: u64,
+    /// Windows along a trend read by the faulting thread itself, with its miss.
+    #[serde(default)]
+    pub sync_windows: u64,
     pub demand_faults: u64,
     /// Marker hits / markers resolved.
     pub accuracy: Option<f64>,

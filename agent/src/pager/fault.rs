@@ -574,15 +574,15 @@ impl<'a> Handler<'a> {
             self.p.attribution.remote(f.class, f.activity, f.page, ns);
             served.push(f);
         }
-        self.fetch_buf = buf;
         self.p.budget.note_peak();
         // Wake the faulting threads before their windows are even queued.
         self.flush_wakes();
         if let Some(pf) = &self.p.prefetch {
             for f in served {
-                pf.after_fault(f.tid, f.class, f.page, false);
+                pf.after_fault(f.tid, f.class, f.page, false, Some(&mut buf));
             }
         }
+        self.fetch_buf = buf;
     }
 
     /// Claims (and charges) up to `fill_ahead` untouched pages after `p` for zero fill, as
@@ -707,7 +707,7 @@ impl<'a> Handler<'a> {
         self.count(class, FaultKind::Hit);
         self.record_latency(started, false);
         self.flush_wakes();
-        pf.after_fault(tid, class, p, true);
+        pf.after_fault(tid, class, p, true, None);
     }
 
     fn write_fault(&mut self, f: Fault) {

@@ -1,10 +1,13 @@
 //! Prefetch I/O: windows asked for by the streams are fetched by worker threads, so the
-//! faulting thread never waits for them.
+//! faulting thread does not wait for them; except a window along a trend that a demand fault
+//! asks for, which the faulting thread reads itself right after its own page (its stream has
+//! fallen behind it: on 2 cores the worker is often not running when the thread gets there).
 //!
 //! A handler queues a window on a crossbeam injector and wakes a worker. The worker claims the
 //! window's remote pages (`Remote -> Busy`, skipping any page that changed meanwhile),
-//! charges them to the local budget (a window is dropped rather than evict when the
-//! reclaimer's reserve is low: demand faults come first), reads them in one
+//! charges them to the local budget (a blind window is dropped rather than evict when the
+//! reclaimer's reserve is low: demand faults come first; a window along a trend reclaims for
+//! its pages as the faults it foresees would), reads them in one
 //! batch (the TCP store pipelines it), maps all but the marker write-protected and keeps the
 //! marker's copy here (`Cached`). A fault that lands on a page while it is `Busy` is retried
 //! by its handler until the page is mapped or cached, so it never sees wrong bytes.
@@ -27,7 +30,7 @@ use super::page_table::PageState;
 use super::reclaim::{Arrival, Reclaimer};
 use crate::model::ThreadClass;
 use crate::policy::{Admission, Source};
-use crate::prefetch::{Governor, PrefetchCounters, StreamKey, Streams};
+use crate::prefetch::{Governor, Guess, PrefetchCounters, StreamKey, Streams};
 use crate::uffd::CopyOutcome;
 
 /// A window to fetch: pages in stream order. A window of a stream keeps a marker; a GC hint
@@ -38,6 +41,12 @@ struct Job {
     class: ThreadClass,
     /// Why a window that is no stream's is read (counted apart).
     certain: Certain,
+    /// A stream's window: along a trend or blind (its marker resolves that accuracy).
+    /// Certain reads keep no marker: `Trend`, unused.
+    guess: Guess,
+    /// Charged as the demand faults it foresees are, reclaiming when the budget is full (a
+    /// window along a trend that found the reserve low; hints and pause reads always).
+    reclaims: bool,
 }
 
 /// Why pages are read for certain.
@@ -82,6 +91,7 @@ pub(super) struct Marker {
     pub data: Box<[u8]>,
     stream: StreamKey,
     class: ThreadClass,
+    guess: Guess,
     /// Pages of the window it stands for.
     window: u32,
 }
@@ -186,15 +196,25 @@ impl Prefetcher {
 
     /// Counts a marker's window as used.
     pub fn credit_hit(&self, m: &Marker) {
-        self.streams.lock().unwrap().1[m.class as usize].resolved(true);
+        self.streams.lock().unwrap().1[m.class as usize].resolved(true, m.guess);
         let c = &self.counters.by_class[m.class as usize];
         c.marker_hits.fetch_add(1, Ordering::Relaxed);
         c.hit_pages.fetch_add(m.window as u64, Ordering::Relaxed);
     }
 
     /// Trains the stream of a remote fault (or marker hit, `hit`) at page `p` by thread `tid`
-    /// and queues the window it asks for.
-    pub fn after_fault(&self, tid: u32, class: ThreadClass, p: usize, hit: bool) {
+    /// and queues the window it asks for. A window along a trend that a demand fault asks for
+    /// (the stream fell behind its thread: the worker did not get to its last window in time,
+    /// or it was dropped) is read at once into `inline` by the caller, the faulting thread
+    /// itself, as the kernel's synchronous readahead reads on a miss.
+    pub fn after_fault(
+        &self,
+        tid: u32,
+        class: ThreadClass,
+        p: usize,
+        hit: bool,
+        inline: Option<&mut Vec<u8>>,
+    ) {
         let pf = self;
         let Some(key) = self.ctx.config.policy.stream(tid, class) else {
             return;
@@ -210,7 +230,7 @@ impl Prefetcher {
             } else {
                 streams.on_demand(key, p as u64, self.ctx.npages as u64)
             };
-            if !window.is_empty() && !governor.worth(bar) {
+            if !window.pages.is_empty() && !governor.worth(bar, window.guess) {
                 pf.counters.by_class[class as usize]
                     .gated
                     .fetch_add(1, Ordering::Relaxed);
@@ -218,7 +238,9 @@ impl Prefetcher {
             }
             window
         };
+        let guess = window.guess;
         let pages: Vec<u32> = window
+            .pages
             .into_iter()
             .filter(|&q| self.ctx.table.get(q as usize) == PageState::Remote)
             .map(|q| q as u32)
@@ -227,25 +249,46 @@ impl Prefetcher {
             return;
         }
         let c = &pf.counters.by_class[class as usize];
-        // Prefetch backs off while the reserve is low: the free pages are the demand
-        // faults'.
-        if !self.budget.has_room_for(pages.len()) {
-            c.dropped_low_reserve.fetch_add(1, Ordering::Relaxed);
+        // A guess backs off while the reserve is low: the free pages are the demand faults'.
+        // A window along a trend that is worth its pages goes on and reclaims for them, as
+        // the faults it foresees would (the reserve is low most of the time once the budget
+        // is full: G1's marking thread rebuilding remembered sets, page after page, had 90%
+        // of its windows dropped here).
+        let reclaims = !self.budget.has_room_for(pages.len());
+        if reclaims {
             self.budget.wake_reclaimer();
-            return;
+            if guess == Guess::Blind {
+                c.dropped_low_reserve.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            c.reclaimed_for.fetch_add(1, Ordering::Relaxed);
         }
-        let n = pages.len();
+        let job = Job {
+            pages,
+            stream: Some(key),
+            class,
+            certain: Certain::Hint,
+            guess,
+            reclaims,
+        };
+        if let Some(buf) = inline.filter(|_| !hit && guess == Guess::Trend) {
+            c.sync_windows.fetch_add(1, Ordering::Relaxed);
+            // Charged as the demand faults it foresees (the thread would take them next).
+            return self.fetch_window(
+                Job {
+                    reclaims: true,
+                    ..job
+                },
+                buf,
+            );
+        }
+        let n = job.pages.len();
         if pf.inflight.fetch_add(n, Ordering::SeqCst) + n > pf.max_inflight {
             pf.inflight.fetch_sub(n, Ordering::SeqCst);
             c.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        pf.jobs.push(Job {
-            pages,
-            stream: Some(key),
-            class,
-            certain: Certain::Hint,
-        });
+        pf.jobs.push(job);
         pf.wake_workers();
     }
 
@@ -329,6 +372,8 @@ impl Prefetcher {
                 stream: None,
                 class,
                 certain,
+                guess: Guess::Trend,
+                reclaims: true,
             });
         }
         pages.clear();
@@ -415,15 +460,16 @@ impl Prefetcher {
         if claims.is_empty() {
             return;
         }
-        // Prefetched pages never take the reserve that demand faults are served from; a hint
-        // is charged like the demand fault it replaces (reclaiming when the budget is full).
+        // Guesses never take the reserve that demand faults are served from; a hint, and a
+        // window along a trend that found the reserve low, are charged like the demand faults
+        // they replace (reclaiming when the budget is full).
         let mut charged = 0;
         for c in claims.iter_mut() {
-            // A hint: the worker does the reclaim (cold pages first) the collector's own
-            // fault would have done.
-            let ok = match job.stream {
-                Some(_) => self.budget.charge(c, Charge::Prefetch),
-                None => {
+            // The worker does the reclaim (cold pages first) the thread's own fault would
+            // have done.
+            let ok = match job.reclaims {
+                false => self.budget.charge(c, Charge::Prefetch),
+                true => {
                     self.budget.charge(c, Charge::Demand)
                         || (self.reclaim.direct(false) && self.budget.charge(c, Charge::Demand))
                 }
@@ -576,6 +622,7 @@ impl Prefetcher {
                     data,
                     stream,
                     class: job.class,
+                    guess: job.guess,
                     window: (pages.len() - gone) as u32,
                 },
             );
@@ -588,13 +635,13 @@ impl Prefetcher {
                 };
                 if let Some(c) = ctx.table.claim(old as usize, PageState::Cached) {
                     if let Some(mk) = m.map.remove(&old) {
-                        out.push((c, mk.stream, mk.class));
+                        out.push((c, mk.stream, mk.class, mk.guess));
                     }
                 }
             }
             out
         };
-        for (c, stream, class) in evicted {
+        for (c, stream, class, guess) in evicted {
             let page = c.page() as u64;
             // The store's copy is current.
             c.finish(PageState::Remote);
@@ -602,7 +649,7 @@ impl Prefetcher {
                 .marker_misses
                 .fetch_add(1, Ordering::Relaxed);
             let mut guard = pf.streams.lock().unwrap();
-            guard.1[class as usize].resolved(false);
+            guard.1[class as usize].resolved(false, guess);
             guard.0.on_wasted(stream, page);
         }
         self.note_tracked_pages(protect, job.class, mapped);

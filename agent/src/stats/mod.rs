@@ -395,6 +395,8 @@ fn prefetch_doc(p: &Pager) -> Option<PrefetchDoc> {
             (&sum.dropped, &c.dropped),
             (&sum.dropped_low_reserve, &c.dropped_low_reserve),
             (&sum.gated, &c.gated),
+            (&sum.reclaimed_for, &c.reclaimed_for),
+            (&sum.sync_windows, &c.sync_windows),
         ] {
             to.fetch_add(ld(from), Ordering::Relaxed);
         }
@@ -418,6 +420,8 @@ fn class_doc(c: &crate::prefetch::ClassCounters, demand: u64) -> PrefetchClassDo
         dropped_windows: ld(&c.dropped),
         dropped_low_reserve: ld(&c.dropped_low_reserve),
         gated_windows: ld(&c.gated),
+        reclaimed_windows: ld(&c.reclaimed_for),
+        sync_windows: ld(&c.sync_windows),
         demand_faults: demand,
         accuracy: e.accuracy,
         coverage: e.coverage,
