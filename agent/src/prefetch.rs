@@ -20,8 +20,9 @@
 //! window in [`Governor::PROBE_EVERY`] so that the accuracy can recover. Kept apart because
 //! one thread does both: G1's concurrent marking thread faults at random while it traces
 //! (its blind windows mostly wasted) and page after page when it rebuilds remembered sets;
-//! judged by one accuracy, the sequential scan's windows were gated with the random ones. A wasted prefetch evicts a page that was probably going to be used:
-//! on a random-access workload (kv) blind windows were 88% wasted.
+//! judged by one accuracy, the sequential scan's windows were gated with the random ones. A
+//! wasted prefetch evicts a page that was probably going to be used: on a random-access
+//! workload (kv) blind windows were 88% wasted.
 //!
 //! # Hits are observed on markers
 //! A prefetched page that is mapped costs no fault when touched, so its use is invisible from
@@ -199,11 +200,7 @@ impl Stream {
     /// Records an access at `page` and returns the pages to prefetch after it (they may be
     /// outside `0..npages`; the caller keeps only pages that are remote). Without a trend,
     /// the aligned block around `page` if `blind`, else nothing.
-    pub fn window(&mut self, page: u64, npages: u64, blind: bool) -> Vec<u64> {
-        self.next_window(page, npages, blind).pages
-    }
-
-    fn next_window(&mut self, page: u64, npages: u64, blind: bool) -> Window {
+    pub fn window(&mut self, page: u64, npages: u64, blind: bool) -> Window {
         self.det.record(page);
         let depth = self.depth as i64;
         match self.det.trend() {
@@ -215,18 +212,19 @@ impl Stream {
                     .collect(),
                 guess: Guess::Trend,
             },
-            None => Window {
-                pages: match blind {
-                    false => Vec::new(),
-                    true => {
-                        let start = page - page % self.depth as u64;
-                        (start..(start + self.depth as u64).min(npages))
-                            .filter(|q| *q != page)
-                            .collect()
-                    }
-                },
+            None if !blind => Window {
+                pages: Vec::new(),
                 guess: Guess::Blind,
             },
+            None => {
+                let start = page - page % self.depth as u64;
+                Window {
+                    pages: (start..(start + self.depth as u64).min(npages))
+                        .filter(|q| *q != page)
+                        .collect(),
+                    guess: Guess::Blind,
+                }
+            }
         }
     }
 }
@@ -372,12 +370,9 @@ impl Governor {
             Guess::Blind => bar,
             Guess::Trend => bar / (1.0 + bar),
         };
-        let weighed = {
-            let w = &mut self.weighed[guess as usize];
-            *w += 1;
-            *w
-        };
-        self.accuracy(guess) >= bar || weighed.is_multiple_of(Self::PROBE_EVERY)
+        self.weighed[guess as usize] += 1;
+        self.accuracy(guess) >= bar
+            || self.weighed[guess as usize].is_multiple_of(Self::PROBE_EVERY)
     }
 }
 
@@ -445,7 +440,7 @@ impl Streams {
         if !s.foresaw(page) {
             s.miss();
         }
-        s.next_window(page, npages, blind)
+        s.window(page, npages, blind)
     }
 
     /// A fault served from a marker at `page`: the stream grows and asks for the next window.
@@ -454,7 +449,7 @@ impl Streams {
         let s = self.lane(key, page);
         s.hit();
         s.record_skipped(page);
-        s.next_window(page, npages, blind)
+        s.window(page, npages, blind)
     }
 
     /// The marker at `page` of stream `key` was dropped untouched.
@@ -669,7 +664,7 @@ mod tests {
     fn without_a_trend_the_aligned_block_is_read() {
         let mut s = Stream::new(8);
         // depth 4 at start: block of 4 around page 13 = 12..16 less 13.
-        assert_eq!(s.window(13, 1000, true), vec![12, 14, 15]);
+        assert_eq!(s.window(13, 1000, true).pages, vec![12, 14, 15]);
     }
 
     #[test]
@@ -678,12 +673,12 @@ mod tests {
         for p in 990..1000 {
             s.window(p, 1000, true);
         }
-        assert!(s.window(999, 1000, true).is_empty());
+        assert!(s.window(999, 1000, true).pages.is_empty());
         let mut s = Stream::new(8);
         for p in (0..10).rev() {
             s.window(p, 1000, true);
         }
-        assert!(s.window(0, 1000, true).is_empty());
+        assert!(s.window(0, 1000, true).pages.is_empty());
     }
 
     #[test]
@@ -732,8 +727,8 @@ mod tests {
         assert!(g.blind_allowed());
         // Without blind windows a stream without a trend asks for nothing.
         let mut s = Stream::new(8);
-        assert!(s.window(13, 1000, false).is_empty());
-        assert!(!s.window(14, 1000, true).is_empty());
+        assert!(s.window(13, 1000, false).pages.is_empty());
+        assert!(!s.window(14, 1000, true).pages.is_empty());
     }
 
     #[test]

@@ -254,8 +254,8 @@ impl Prefetcher {
         // the faults it foresees would (the reserve is low most of the time once the budget
         // is full: G1's marking thread rebuilding remembered sets, page after page, had 90%
         // of its windows dropped here).
-        let reclaims = !self.budget.has_room_for(pages.len());
-        if reclaims {
+        let low = !self.budget.has_room_for(pages.len());
+        if low {
             self.budget.wake_reclaimer();
             if guess == Guess::Blind {
                 c.dropped_low_reserve.fetch_add(1, Ordering::Relaxed);
@@ -263,24 +263,19 @@ impl Prefetcher {
             }
             c.reclaimed_for.fetch_add(1, Ordering::Relaxed);
         }
+        let inline = inline.filter(|_| !hit && guess == Guess::Trend);
         let job = Job {
             pages,
             stream: Some(key),
             class,
             certain: Certain::Hint,
             guess,
-            reclaims,
+            // Read inline, charged as the demand faults it foresees (the thread takes them next).
+            reclaims: low || inline.is_some(),
         };
-        if let Some(buf) = inline.filter(|_| !hit && guess == Guess::Trend) {
+        if let Some(buf) = inline {
             c.sync_windows.fetch_add(1, Ordering::Relaxed);
-            // Charged as the demand faults it foresees (the thread would take them next).
-            return self.fetch_window(
-                Job {
-                    reclaims: true,
-                    ..job
-                },
-                buf,
-            );
+            return self.fetch_window(job, buf);
         }
         let n = job.pages.len();
         if pf.inflight.fetch_add(n, Ordering::SeqCst) + n > pf.max_inflight {
