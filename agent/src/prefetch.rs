@@ -465,6 +465,36 @@ impl Streams {
         }
     }
 
+    /// Drops from a window of stream `key` (pages in stream order) those that the stream has
+    /// reached or gone past along its trend since it asked for it: a window the prefetch
+    /// worker gets to late would read pages its thread has used and left behind (pushed out
+    /// since), and keep a marker there that nobody touches. The stream is the lane within
+    /// reach that has gone farthest in the window's direction: a sequential thread's faults
+    /// move to another lane when they come nearer to its last page, leaving the old lane
+    /// behind.
+    pub fn drop_passed(&self, key: StreamKey, pages: &mut Vec<u32>) {
+        let Some(&first) = pages.first() else {
+            return;
+        };
+        let dir = match pages.get(1) {
+            Some(&second) => (second as i64 - first as i64).signum(),
+            None => 0,
+        };
+        let Some(lanes) = self.streams.get(&key) else {
+            return;
+        };
+        let farthest = lanes
+            .iter()
+            .filter_map(|s| Some((s.det.last?, s.det.trend()?.signum())))
+            .filter(|&(last, d)| {
+                (dir == 0 || d == dir) && last.abs_diff(first as u64) <= LANE_REACH
+            })
+            .max_by_key(|&(last, d)| (last as i64 - first as i64) * d);
+        if let Some((last, d)) = farthest {
+            pages.retain(|&q| (q as i64 - last as i64) * d > 0);
+        }
+    }
+
     /// Depth of the lane of `key` nearest to `page`.
     pub fn depth(&self, key: StreamKey, page: u64) -> Option<usize> {
         self.streams.get(&key).and_then(|l| {
@@ -641,6 +671,50 @@ mod tests {
         // Beyond the window: not foreseen.
         s.on_demand(9, 25 + 17, 1000);
         assert_eq!(s.depth(9, 42), Some(8));
+    }
+
+    #[test]
+    fn a_window_reached_late_keeps_only_the_pages_ahead_of_its_stream() {
+        let mut s = Streams::new(32);
+        for p in 100..=110 {
+            s.on_demand(4, p, 1000);
+        }
+        // Asked for at page 110; the thread got on to page 115 before the worker got to it.
+        let mut window: Vec<u32> = (111..127).collect();
+        for p in 111..=115 {
+            s.on_demand(4, p, 1000);
+        }
+        s.drop_passed(4, &mut window);
+        assert_eq!(window, (116..127).collect::<Vec<u32>>());
+        // Backwards, the same.
+        for p in (500..520).rev() {
+            s.on_demand(5, p, 1000);
+        }
+        let mut back = vec![499, 498, 497];
+        s.on_demand(5, 499, 1000);
+        s.drop_passed(5, &mut back);
+        assert_eq!(back, vec![498, 497]);
+        // A thread's faults move to another lane when they come nearer to its last page: the
+        // lane they leave behind does not decide.
+        let mut s = Streams::new(32);
+        s.on_demand(7, 2000, 4000);
+        s.on_demand(7, 1400, 4000); // a lane of its own, 600 pages away
+        for p in 800..=1500 {
+            s.on_demand(7, p, 4000); // from 1400 on, in the lane that had 1400
+        }
+        let mut asked_at_1395: Vec<u32> = (1396..1428).collect();
+        s.drop_passed(7, &mut asked_at_1395);
+        assert_eq!(asked_at_1395, Vec::<u32>::new());
+        let mut ahead: Vec<u32> = (1490..1530).collect();
+        s.drop_passed(7, &mut ahead);
+        assert_eq!(ahead, (1501..1530).collect::<Vec<u32>>());
+        // No trend, nothing to tell: the window is left as it is.
+        for p in [7, 300, 40, 900] {
+            s.on_demand(6, p, 1000);
+        }
+        let mut blind = vec![901, 902];
+        s.drop_passed(6, &mut blind);
+        assert_eq!(blind, vec![901, 902]);
     }
 
     #[test]

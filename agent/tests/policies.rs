@@ -139,8 +139,11 @@ fn prefetched_pages_carry_the_last_write_under_both_policies() {
             pager.counters().faults[ThreadClass::Application as usize][1].load(Ordering::SeqCst);
         let e = app.effect(demand);
         assert!(e.prefetched > 1000, "{name}: prefetched {}", e.prefetched);
+        // Three streams in 96 pages: windows along a trend that reclaim for their pages must
+        // not crowd out each other's markers (unreached, dropped and counted as misses), nor
+        // read behind a thread the worker got to late (0.62-0.68 on a loaded machine before).
         assert!(
-            e.accuracy.unwrap() >= 0.7,
+            e.accuracy.unwrap() >= 0.85,
             "{name}: sequential streams, accuracy {:?}",
             e.accuracy
         );

@@ -703,7 +703,7 @@ impl<'a> Handler<'a> {
             drop(c);
             return self.retry.push(ev);
         }
-        pf.credit_hit(&marker);
+        pf.credit_hit(&marker, p);
         self.count(class, FaultKind::Hit);
         self.record_latency(started, false);
         self.flush_wakes();

@@ -7,7 +7,8 @@
 //! window's remote pages (`Remote -> Busy`, skipping any page that changed meanwhile),
 //! charges them to the local budget (a blind window is dropped rather than evict when the
 //! reclaimer's reserve is low: demand faults come first; a window along a trend reclaims for
-//! its pages as the faults it foresees would), reads them in one
+//! its pages as the faults it foresees would, within a cap on the pages windows hold unread,
+//! beyond which it keeps what fits the reserve), reads them in one
 //! batch (the TCP store pipelines it), maps all but the marker write-protected and keeps the
 //! marker's copy here (`Cached`). A fault that lands on a page while it is `Busy` is retried
 //! by its handler until the page is mapped or cached, so it never sees wrong bytes.
@@ -26,7 +27,7 @@ use swap_backend::PAGE_SIZE;
 use super::attribution::Attribution;
 use super::context::Ctx;
 use super::page_table::budget::{Budget, Charge};
-use super::page_table::PageState;
+use super::page_table::{Claim, PageState};
 use super::reclaim::{Arrival, Reclaimer};
 use crate::model::ThreadClass;
 use crate::policy::{Admission, Source};
@@ -94,6 +95,8 @@ pub(super) struct Marker {
     guess: Guess,
     /// Pages of the window it stands for.
     window: u32,
+    /// The window's direction: 1 up, -1 down, 0 a window of one page.
+    dir: i8,
 }
 
 #[derive(Default)]
@@ -103,15 +106,47 @@ struct Markers {
     order: VecDeque<u32>,
 }
 
+impl Marker {
+    /// Pages its window holds unread that count against `Prefetcher::max_awaiting`: a window
+    /// along a trend's (blind ones never reclaim, and go unread at random).
+    fn awaited(&self) -> usize {
+        match self.guess {
+            Guess::Trend => self.window as usize,
+            Guess::Blind => 0,
+        }
+    }
+}
+
+/// Keeps `Prefetcher::awaiting` with the markers it counts.
+impl Markers {
+    fn insert(&mut self, p: u32, m: Marker, awaiting: &AtomicUsize) {
+        awaiting.fetch_add(m.awaited(), Ordering::Relaxed);
+        if let Some(old) = self.map.insert(p, m) {
+            awaiting.fetch_sub(old.awaited(), Ordering::Relaxed);
+        }
+    }
+
+    fn remove(&mut self, p: u32, awaiting: &AtomicUsize) -> Option<Marker> {
+        let m = self.map.remove(&p)?;
+        awaiting.fetch_sub(m.awaited(), Ordering::Relaxed);
+        Some(m)
+    }
+}
+
+/// The streams' decisions, under one lock: every window touches them.
+struct Engine {
+    streams: Streams,
+    /// One per stream class.
+    governors: [Governor; ThreadClass::COUNT],
+}
+
 pub(super) struct Prefetcher {
     ctx: Arc<Ctx>,
     budget: Arc<Budget>,
     reclaim: Arc<Reclaimer>,
     /// The pause's regions, for admitting its pages by their region.
     attribution: Arc<Attribution>,
-    /// The streams and a governor per stream class (one lock: both are touched on every
-    /// window).
-    streams: Mutex<(Streams, [Governor; ThreadClass::COUNT])>,
+    engine: Mutex<Engine>,
     jobs: Injector<Job>,
     /// Windows read before those of `jobs`: what a pause scans next.
     first: Injector<Job>,
@@ -131,6 +166,11 @@ pub(super) struct Prefetcher {
     refine_inflight: AtomicUsize,
     markers: Mutex<Markers>,
     max_markers: usize,
+    /// Pages of the windows along a trend whose marker is still held: read for a stream and
+    /// not yet reached by it (changed under the markers' lock).
+    awaiting: AtomicUsize,
+    /// The most `awaiting` may grow to by windows that reclaim for their pages.
+    max_awaiting: usize,
     pub counters: PrefetchCounters,
     workers: OnceLock<Vec<std::thread::Thread>>,
 }
@@ -147,7 +187,10 @@ impl Prefetcher {
         // together, stay small next to the budget.
         let depth = config.prefetch_depth.min(config.budget_pages / 8).max(1);
         Prefetcher {
-            streams: Mutex::new((Streams::new(depth), Default::default())),
+            engine: Mutex::new(Engine {
+                streams: Streams::new(depth),
+                governors: Default::default(),
+            }),
             jobs: Injector::new(),
             first: Injector::new(),
             max_inflight: (depth * 4 * config.prefetch_workers.max(1))
@@ -165,6 +208,12 @@ impl Prefetcher {
             markers: Mutex::new(Markers::default()),
             // Markers are a small part of the budget: one per window in use.
             max_markers: (config.budget_pages / 32).clamp(8, 256),
+            awaiting: AtomicUsize::new(0),
+            // Windows that reclaim must leave room for each other's unread pages and markers:
+            // three threads scanning 1024 pages with 96 local, their windows reclaiming
+            // freely, dropped each other's markers unreached at the cap (accuracy 0.62-0.68
+            // on a loaded machine, 1.0 when windows went only into free pages).
+            max_awaiting: config.budget_pages / 4,
             counters: PrefetchCounters::default(),
             workers: OnceLock::new(),
             ctx,
@@ -186,20 +235,77 @@ impl Prefetcher {
 
     /// Takes the marker of page `p` (which the caller has claimed `Cached -> Busy`).
     pub fn take_marker(&self, p: usize) -> Option<Marker> {
-        self.markers.lock().unwrap().map.remove(&(p as u32))
+        self.markers
+            .lock()
+            .unwrap()
+            .remove(p as u32, &self.awaiting)
     }
 
     /// Gives back a marker taken by `take_marker` whose page could not be mapped.
     pub fn put_back_marker(&self, p: usize, m: Marker) {
-        self.markers.lock().unwrap().map.insert(p as u32, m);
+        self.markers
+            .lock()
+            .unwrap()
+            .insert(p as u32, m, &self.awaiting);
     }
 
-    /// Counts a marker's window as used.
-    pub fn credit_hit(&self, m: &Marker) {
-        self.streams.lock().unwrap().1[m.class as usize].resolved(true, m.guess);
+    /// Counts the window of marker `m`, at page `p`, as used. Its stream's markers it has
+    /// just gone past on its way here (within four windows: other threads' of a shared stream
+    /// are farther) are dropped as unused: windows read after their thread had got into them
+    /// (a busy machine's worker reads late), which nobody will reach, and which would
+    /// otherwise stay counted as pages awaited.
+    pub fn credit_hit(&self, m: &Marker, p: usize) {
+        self.engine.lock().unwrap().governors[m.class as usize].resolved(true, m.guess);
         let c = &self.counters.by_class[m.class as usize];
         c.marker_hits.fetch_add(1, Ordering::Relaxed);
         c.hit_pages.fetch_add(m.window as u64, Ordering::Relaxed);
+        if m.guess != Guess::Trend || m.dir == 0 {
+            return;
+        }
+        let passed = {
+            let mut markers = self.markers.lock().unwrap();
+            let behind: Vec<u32> = markers
+                .map
+                .iter()
+                .filter(|(&q, o)| {
+                    let back = (p as i64 - q as i64) * m.dir as i64;
+                    o.stream == m.stream
+                        && o.guess == Guess::Trend
+                        && o.dir != -m.dir
+                        && back > 0
+                        && back <= 4 * m.window.max(o.window) as i64
+                })
+                .map(|(&q, _)| q)
+                .collect();
+            let mut out = Vec::new();
+            for q in behind {
+                if let Some(c) = self.ctx.table.claim(q as usize, PageState::Cached) {
+                    if let Some(o) = markers.remove(q, &self.awaiting) {
+                        out.push((c, o));
+                    }
+                }
+            }
+            out
+        };
+        self.unreached(passed, false);
+    }
+
+    /// Markers claimed and taken out of the map, unreached: their pages are `Remote` again
+    /// (the store's copy is current) and their windows count as unused; `shrink`: their
+    /// streams' windows shrink too (not when the stream has just hit a later marker).
+    fn unreached(&self, markers: Vec<(Claim<'_>, Marker)>, shrink: bool) {
+        for (c, mk) in markers {
+            let page = c.page() as u64;
+            c.finish(PageState::Remote);
+            self.counters.by_class[mk.class as usize]
+                .marker_misses
+                .fetch_add(1, Ordering::Relaxed);
+            let mut engine = self.engine.lock().unwrap();
+            engine.governors[mk.class as usize].resolved(false, mk.guess);
+            if shrink {
+                engine.streams.on_wasted(mk.stream, page);
+            }
+        }
     }
 
     /// Trains the stream of a remote fault (or marker hit, `hit`) at page `p` by thread `tid`
@@ -220,9 +326,10 @@ impl Prefetcher {
             return;
         };
         let bar = self.reclaim.pressure();
-        let window = {
-            let mut guard = pf.streams.lock().unwrap();
-            let (streams, governors) = &mut *guard;
+        let c = &pf.counters.by_class[class as usize];
+        let (guess, mut pages) = {
+            let mut guard = pf.engine.lock().unwrap();
+            let Engine { streams, governors } = &mut *guard;
             let governor = &mut governors[class as usize];
             streams.blind = governor.blind_allowed();
             let window = if hit {
@@ -231,39 +338,47 @@ impl Prefetcher {
                 streams.on_demand(key, p as u64, self.ctx.npages as u64)
             };
             if !window.pages.is_empty() && !governor.worth(bar, window.guess) {
-                pf.counters.by_class[class as usize]
-                    .gated
-                    .fetch_add(1, Ordering::Relaxed);
+                c.gated.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            window
+            let pages: Vec<u32> = window
+                .pages
+                .into_iter()
+                .filter(|&q| self.ctx.table.get(q as usize) == PageState::Remote)
+                .map(|q| q as u32)
+                .collect();
+            (window.guess, pages)
         };
-        let guess = window.guess;
-        let pages: Vec<u32> = window
-            .pages
-            .into_iter()
-            .filter(|&q| self.ctx.table.get(q as usize) == PageState::Remote)
-            .map(|q| q as u32)
-            .collect();
         if pages.is_empty() {
             return;
         }
-        let c = &pf.counters.by_class[class as usize];
         // A guess backs off while the reserve is low: the free pages are the demand faults'.
         // A window along a trend that is worth its pages goes on and reclaims for them, as
         // the faults it foresees would (the reserve is low most of the time once the budget
         // is full: G1's marking thread rebuilding remembered sets, page after page, had 90%
-        // of its windows dropped here).
-        let low = !self.budget.has_room_for(pages.len());
-        if low {
+        // of its windows dropped here); unless windows already hold a quarter of the budget
+        // unread (they would push out each other's pages).
+        let short = !self.budget.has_room_for(pages.len());
+        let may_reclaim = guess == Guess::Trend
+            && self.awaiting.load(Ordering::Relaxed) + pages.len() <= self.max_awaiting;
+        if short {
             self.budget.wake_reclaimer();
-            if guess == Guess::Blind {
-                c.dropped_low_reserve.fetch_add(1, Ordering::Relaxed);
-                return;
+            if may_reclaim {
+                c.reclaimed_for.fetch_add(1, Ordering::Relaxed);
+            } else {
+                // The trend's nearest pages that the reserve has room for still go.
+                let room = match guess {
+                    Guess::Trend => self.budget.room(),
+                    Guess::Blind => 0,
+                };
+                if room == 0 {
+                    c.dropped_low_reserve.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                pages.truncate(room);
             }
-            c.reclaimed_for.fetch_add(1, Ordering::Relaxed);
         }
-        let inline = inline.filter(|_| !hit && guess == Guess::Trend);
+        let inline = inline.filter(|_| !hit && may_reclaim);
         let job = Job {
             pages,
             stream: Some(key),
@@ -271,7 +386,7 @@ impl Prefetcher {
             certain: Certain::Hint,
             guess,
             // Read inline, charged as the demand faults it foresees (the thread takes them next).
-            reclaims: low || inline.is_some(),
+            reclaims: (short && may_reclaim) || inline.is_some(),
         };
         if let Some(buf) = inline {
             c.sync_windows.fetch_add(1, Ordering::Relaxed);
@@ -427,12 +542,17 @@ impl Prefetcher {
                 }
             });
             match job {
-                Some(job) => {
+                Some(mut job) => {
                     let n = job.pages.len();
                     let counter = match job.stream {
                         Some(_) => &pf.inflight,
                         None => pf.certain_cap(job.certain).0,
                     };
+                    // Got to late, a window reads none of the pages its thread has passed.
+                    if let (Some(key), Guess::Trend) = (job.stream, job.guess) {
+                        let engine = pf.engine.lock().unwrap();
+                        engine.streams.drop_passed(key, &mut job.pages);
+                    }
                     self.fetch_window(job, &mut buf);
                     counter.fetch_sub(n, Ordering::SeqCst);
                 }
@@ -494,7 +614,7 @@ impl Prefetcher {
         }
         // The marker is the middle of the window in stream order: reached, it says the
         // stream got halfway, with half a window left to hide the next window's fetch.
-        let marker = job.stream.map(|_| claims[claims.len() / 2].page());
+        let mut marker = job.stream.map(|_| claims[claims.len() / 2].page());
         claims.sort_unstable_by_key(|c| c.page());
         let pages: Vec<usize> = claims.iter().map(|c| c.page()).collect();
         let ids: Vec<u64> = pages.iter().map(|&p| p as u64).collect();
@@ -514,6 +634,19 @@ impl Prefetcher {
         ctx.counters
             .pages_prefetched
             .fetch_add(ids.len() as u64, Ordering::Relaxed);
+        // Its thread may have got past the marker meanwhile (the worker preempted on a busy
+        // machine): a marker there would never be touched, and would count as pages awaited.
+        if let (Some(key), Some(m)) = (job.stream, marker) {
+            let mut ahead = job.pages.clone();
+            pf.engine
+                .lock()
+                .unwrap()
+                .streams
+                .drop_passed(key, &mut ahead);
+            if !ahead.contains(&(m as u32)) {
+                marker = None;
+            }
+        }
         // A pause's pages serve the pause: admitted as its own faults' are, by their region;
         // other windows' on probation (or cold, as the policy says).
         let admission = |p: usize| {
@@ -598,10 +731,15 @@ impl Prefetcher {
         }
         let c = &pf.counters.by_class[job.class as usize];
         let (Some(marker), Some(stream)) = (marker, job.stream) else {
-            // A hint: every page mapped, none kept back.
-            pf.certain_counters(job.certain)
-                .fetched
-                .fetch_add(mapped as u64, Ordering::Relaxed);
+            // A hint, or a window its thread got into before it was read: every page mapped,
+            // none kept back.
+            if job.stream.is_none() {
+                pf.certain_counters(job.certain)
+                    .fetched
+                    .fetch_add(mapped as u64, Ordering::Relaxed);
+            } else {
+                c.windows.fetch_add(1, Ordering::Relaxed);
+            }
             c.pages.fetch_add(mapped as u64, Ordering::Relaxed);
             self.note_tracked_pages(protect, job.class, mapped);
             self.budget.note_peak();
@@ -611,7 +749,7 @@ impl Prefetcher {
         let data: Box<[u8]> = buf[mi * PAGE_SIZE..(mi + 1) * PAGE_SIZE].into();
         let evicted = {
             let mut m = pf.markers.lock().unwrap();
-            m.map.insert(
+            m.insert(
                 marker as u32,
                 Marker {
                     data,
@@ -619,7 +757,12 @@ impl Prefetcher {
                     class: job.class,
                     guess: job.guess,
                     window: (pages.len() - gone) as u32,
+                    dir: match job.pages.as_slice() {
+                        [a, b, ..] => (*b as i64 - *a as i64).signum() as i8,
+                        _ => 0,
+                    },
                 },
+                &pf.awaiting,
             );
             m.order.push_back(marker as u32);
             mc.finish(PageState::Cached);
@@ -629,24 +772,14 @@ impl Prefetcher {
                     break;
                 };
                 if let Some(c) = ctx.table.claim(old as usize, PageState::Cached) {
-                    if let Some(mk) = m.map.remove(&old) {
-                        out.push((c, mk.stream, mk.class, mk.guess));
+                    if let Some(mk) = m.remove(old, &pf.awaiting) {
+                        out.push((c, mk));
                     }
                 }
             }
             out
         };
-        for (c, stream, class, guess) in evicted {
-            let page = c.page() as u64;
-            // The store's copy is current.
-            c.finish(PageState::Remote);
-            pf.counters.by_class[class as usize]
-                .marker_misses
-                .fetch_add(1, Ordering::Relaxed);
-            let mut guard = pf.streams.lock().unwrap();
-            guard.1[class as usize].resolved(false, guess);
-            guard.0.on_wasted(stream, page);
-        }
+        self.unreached(evicted, true);
         self.note_tracked_pages(protect, job.class, mapped);
         c.windows.fetch_add(1, Ordering::Relaxed);
         c.pages.fetch_add((mapped + 1) as u64, Ordering::Relaxed);
@@ -665,6 +798,9 @@ impl Prefetcher {
 
     /// Forgets the marker copy of page `p` (the caller has moved it out of `Cached`).
     pub fn drop_marker(&self, p: usize) {
-        self.markers.lock().unwrap().map.remove(&(p as u32));
+        self.markers
+            .lock()
+            .unwrap()
+            .remove(p as u32, &self.awaiting);
     }
 }

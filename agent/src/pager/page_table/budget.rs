@@ -87,6 +87,11 @@ impl Budget {
         self.pages.saturating_sub(self.charged())
     }
 
+    /// Speculative pages the reserve has room for.
+    pub fn room(&self) -> usize {
+        self.free().saturating_sub(self.low)
+    }
+
     /// Whether the reserve has room for `n` more speculative pages.
     pub fn has_room_for(&self, n: usize) -> bool {
         self.free() >= self.low + n
