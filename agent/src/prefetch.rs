@@ -121,6 +121,14 @@ fn majority(xs: impl Iterator<Item = i64>) -> Option<i64> {
     cand
 }
 
+/// The direction of a window's pages in stream order: 1 up, -1 down, 0 a window of one page.
+pub fn window_dir(pages: &[u32]) -> i64 {
+    match pages {
+        [a, b, ..] => (*b as i64 - *a as i64).signum(),
+        _ => 0,
+    }
+}
+
 /// What a window's pages are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Guess {
@@ -465,32 +473,37 @@ impl Streams {
         }
     }
 
-    /// Drops from a window of stream `key` (pages in stream order) those that the stream has
-    /// reached or gone past along its trend since it asked for it: a window the prefetch
-    /// worker gets to late would read pages its thread has used and left behind (pushed out
-    /// since), and keep a marker there that nobody touches. The stream is the lane within
-    /// reach that has gone farthest in the window's direction: a sequential thread's faults
-    /// move to another lane when they come nearer to its last page, leaving the old lane
-    /// behind.
-    pub fn drop_passed(&self, key: StreamKey, pages: &mut Vec<u32>) {
-        let Some(&first) = pages.first() else {
-            return;
-        };
-        let dir = match pages.get(1) {
-            Some(&second) => (second as i64 - first as i64).signum(),
-            None => 0,
-        };
-        let Some(lanes) = self.streams.get(&key) else {
-            return;
-        };
-        let farthest = lanes
+    /// Where stream `key` has got to, near page `first`, moving in direction `dir` (1 up,
+    /// -1 down, 0 either): the last page and trend of the lane within reach that has gone
+    /// farthest that way. A sequential thread's faults move to another lane when they come
+    /// nearer to its last page, leaving the old lane behind, so the nearest lane may not be it.
+    fn frontier(&self, key: StreamKey, first: u32, dir: i64) -> Option<(u64, i64)> {
+        self.streams
+            .get(&key)?
             .iter()
             .filter_map(|s| Some((s.det.last?, s.det.trend()?.signum())))
             .filter(|&(last, d)| {
                 (dir == 0 || d == dir) && last.abs_diff(first as u64) <= LANE_REACH
             })
-            .max_by_key(|&(last, d)| (last as i64 - first as i64) * d);
-        if let Some((last, d)) = farthest {
+            .max_by_key(|&(last, d)| (last as i64 - first as i64) * d)
+    }
+
+    /// Whether stream `key` has reached or gone past `page` along its trend, moving in
+    /// direction `dir` (see [`window_dir`]).
+    pub fn passed(&self, key: StreamKey, page: u32, dir: i64) -> bool {
+        self.frontier(key, page, dir)
+            .is_some_and(|(last, d)| (page as i64 - last as i64) * d <= 0)
+    }
+
+    /// Drops from a window of stream `key` (pages in stream order) those that the stream has
+    /// reached or gone past along its trend since it asked for it: a window the prefetch
+    /// worker gets to late would read pages its thread has used and left behind (pushed out
+    /// since), and keep a marker there that nobody touches.
+    pub fn drop_passed(&self, key: StreamKey, pages: &mut Vec<u32>) {
+        let Some(&first) = pages.first() else {
+            return;
+        };
+        if let Some((last, d)) = self.frontier(key, first, window_dir(pages)) {
             pages.retain(|&q| (q as i64 - last as i64) * d > 0);
         }
     }

@@ -31,7 +31,7 @@ use super::page_table::{Claim, PageState};
 use super::reclaim::{Arrival, Reclaimer};
 use crate::model::ThreadClass;
 use crate::policy::{Admission, Source};
-use crate::prefetch::{Governor, Guess, PrefetchCounters, StreamKey, Streams};
+use crate::prefetch::{window_dir, Governor, Guess, PrefetchCounters, StreamKey, Streams};
 use crate::uffd::CopyOutcome;
 
 /// A window to fetch: pages in stream order. A window of a stream keeps a marker; a GC hint
@@ -390,7 +390,7 @@ impl Prefetcher {
         };
         if let Some(buf) = inline {
             c.sync_windows.fetch_add(1, Ordering::Relaxed);
-            return self.fetch_window(job, buf);
+            return self.fetch_window(job, buf, false);
         }
         let n = job.pages.len();
         if pf.inflight.fetch_add(n, Ordering::SeqCst) + n > pf.max_inflight {
@@ -553,7 +553,7 @@ impl Prefetcher {
                         let engine = pf.engine.lock().unwrap();
                         engine.streams.drop_passed(key, &mut job.pages);
                     }
-                    self.fetch_window(job, &mut buf);
+                    self.fetch_window(job, &mut buf, true);
                     counter.fetch_sub(n, Ordering::SeqCst);
                 }
                 // Never spin: a window is not worth a core the application may need (an
@@ -563,7 +563,9 @@ impl Prefetcher {
         }
     }
 
-    fn fetch_window(&self, job: Job, buf: &mut Vec<u8>) {
+    /// Reads `job`'s window and maps it. `queued`: a prefetch worker reads it, which its
+    /// thread may overtake meanwhile (not one its faulting thread reads itself).
+    fn fetch_window(&self, job: Job, buf: &mut Vec<u8>, queued: bool) {
         let pf = self;
         let ctx = &*self.ctx;
         // In stream order; charged now, so that the budget holds while they are in flight.
@@ -636,14 +638,9 @@ impl Prefetcher {
             .fetch_add(ids.len() as u64, Ordering::Relaxed);
         // Its thread may have got past the marker meanwhile (the worker preempted on a busy
         // machine): a marker there would never be touched, and would count as pages awaited.
-        if let (Some(key), Some(m)) = (job.stream, marker) {
-            let mut ahead = job.pages.clone();
-            pf.engine
-                .lock()
-                .unwrap()
-                .streams
-                .drop_passed(key, &mut ahead);
-            if !ahead.contains(&(m as u32)) {
+        let dir = window_dir(&job.pages);
+        if let (true, Some(key), Some(m)) = (queued, job.stream, marker) {
+            if pf.engine.lock().unwrap().streams.passed(key, m as u32, dir) {
                 marker = None;
             }
         }
@@ -757,10 +754,7 @@ impl Prefetcher {
                     class: job.class,
                     guess: job.guess,
                     window: (pages.len() - gone) as u32,
-                    dir: match job.pages.as_slice() {
-                        [a, b, ..] => (*b as i64 - *a as i64).signum() as i8,
-                        _ => 0,
-                    },
+                    dir: dir as i8,
                 },
                 &pf.awaiting,
             );
