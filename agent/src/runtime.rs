@@ -195,9 +195,9 @@ fn load(options_str: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Fits G1's young generation to the budget (`young=fit`, see `young`). Runs in
-/// `Agent_OnLoad`, before the VM makes the heap; a VM whose flags cannot be read or written
-/// keeps its own sizing, with a warning.
+/// Fits the young generation to the budget (`young=fit`, see `young`): G1, Parallel, Serial.
+/// Runs in `Agent_OnLoad`, before the VM makes the heap; a VM whose flags cannot be read or
+/// written keeps its own sizing, with a warning.
 fn fit_young(options: &Options) -> Option<YoungDoc> {
     let vm = crate::vmstructs::VmStructs::load()
         .map_err(|e| log!(LogLevel::Debug, "young=: no VM tables ({e})"))
@@ -207,14 +207,14 @@ fn fit_young(options: &Options) -> Option<YoungDoc> {
         Err(e) if options.fits_young() => {
             log!(
                 LogLevel::Warn,
-                "young=fit: G1's young generation flags cannot be read ({e}); G1 sizes it alone"
+                "young=fit: the young generation's flags cannot be read ({e}); the collector sizes it alone"
             );
             return None;
         }
         Err(_) => return None,
     };
     // SAFETY: this is Agent_OnLoad: the VM is starting on this one thread and makes the heap
-    // (where G1 reads these flags) after the agent returns.
+    // (where the collector reads these flags) after the agent returns.
     let written = unsafe {
         plan.min_percent
             .map_or(Ok(()), |p| {
@@ -225,11 +225,16 @@ fn fit_young(options: &Options) -> Option<YoungDoc> {
                     vm.set_flag_uint_ergonomic("G1MaxNewSizePercent", p)
                 })
             })
+            .and_then(|()| {
+                plan.max_bytes
+                    .map_or(Ok(()), |b| vm.set_flag_uint_ergonomic("MaxNewSize", b))
+            })
     };
+    let collector = crate::vmstructs::collector(&vm);
     if let Err(e) = written {
         log!(
             LogLevel::Warn,
-            "young=fit: G1MaxNewSizePercent cannot be set ({e}); G1 sizes the young generation alone"
+            "young=fit: the young generation's flags cannot be set ({e}); {collector} sizes it alone"
         );
         return None;
     }
@@ -238,6 +243,14 @@ fn fit_young(options: &Options) -> Option<YoungDoc> {
             LogLevel::Info,
             "young=fit: G1's young generation may take at most {}% of the heap (half the local budget; G1 would allow {}%); young=keep leaves it to G1",
             plan.doc.max_percent,
+            plan.doc.jvm_max_percent
+        );
+    }
+    if let Some(b) = plan.max_bytes {
+        log!(
+            LogLevel::Info,
+            "young=fit: {collector}'s young generation may take at most {} MiB (half the local budget, MaxNewSize; {collector} would allow {}% of the heap); young=keep leaves it to {collector}",
+            b >> 20,
             plan.doc.jvm_max_percent
         );
     }

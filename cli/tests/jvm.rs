@@ -295,6 +295,99 @@ fn the_young_generation_flags_are_set_as_ergonomics_would_unless_the_user_sized_
     }
 }
 
+/// Parallel and Serial size their generations when the heap is made, after the agent
+/// loaded, from `MaxNewSize`: lowered to half the budget, the old generation gets the rest of
+/// the heap (as the JVM itself reports, on JDK 17 and 25) and the stats say so; untouched where
+/// the command line sized the young generation, under `young=keep`, `policy=baseline`, or where
+/// half the budget holds it.
+#[test]
+fn parallel_and_serial_young_generations_are_fitted_before_the_heap_is_laid_out() {
+    let dir = std::env::temp_dir().join(format!("memliner-young-gen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut javas = vec![java()];
+    if let Some(home) = jdk25() {
+        javas.push(home.join("bin/java").display().to_string());
+    }
+    let mut n = 0;
+    let mut run = |java: &str, gc: &str, flags: &[&str], opts: &str| {
+        n += 1;
+        let stats = dir.join(format!("{n}.json"));
+        let use_gc = format!("-XX:+Use{gc}GC");
+        let mut all = vec![
+            "-Xmx1g",
+            "-Xms1g",
+            "-XX:+PrintFlagsFinal",
+            "-Xlog:gc+heap=trace",
+        ];
+        all.push(&use_gc);
+        all.extend_from_slice(flags);
+        let out = java_version_with_agent(
+            java,
+            &all,
+            &format!("server=local,{opts},stats={}", stats.display()),
+        );
+        let what = format!("{java} {gc} {flags:?} {opts}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let max_new = text
+            .lines()
+            .find(|l| l.contains(" MaxNewSize "))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default();
+        // What the collector laid out: "Minimum old A  Initial old B  Maximum old C".
+        let max_old: u64 = text
+            .lines()
+            .find(|l| l.contains("Maximum old"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let doc = StatsDoc::parse(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        let young = doc.heap.and_then(|h| h.young);
+        (
+            what,
+            max_new,
+            max_old,
+            young.unwrap_or_else(|| panic!("no heap.young")),
+        )
+    };
+    for java in &javas {
+        for gc in ["Parallel", "Serial"] {
+            let (what, max_new, max_old, young) = run(java, gc, &[], "local=25%");
+            assert_eq!(
+                max_new, "size_t MaxNewSize = 134217728 {product} {ergonomic}",
+                "{what}"
+            );
+            assert_eq!(max_old, (1 << 30) - (128 << 20), "{what}");
+            assert_eq!(
+                (young.sizing, young.max_percent, young.jvm_max_percent),
+                (YoungSizing::Fitted, 12, 33),
+                "{what}"
+            );
+            for (flags, opts, sizing) in [
+                (&["-Xmn200m"][..], "local=25%", YoungSizing::User),
+                (&["-XX:NewRatio=6"][..], "local=25%", YoungSizing::User),
+                (&[][..], "local=25%,young=keep", YoungSizing::Kept),
+                (&[][..], "local=25%,policy=baseline", YoungSizing::Kept),
+                (&[][..], "local=70%", YoungSizing::Roomy),
+            ] {
+                let (what, max_new, max_old, young) = run(java, gc, flags, opts);
+                assert_eq!(young.sizing, sizing, "{what}");
+                assert_eq!(young.max_percent, young.jvm_max_percent, "{what}");
+                assert!(
+                    !max_new.contains("= 134217728 ") && max_old > 0,
+                    "{what}: {max_new}, old {max_old}"
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn heap_that_grows_and_shrinks_is_followed() {
     for gc in ["G1", "Shenandoah"] {

@@ -434,7 +434,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         key: "young",
         flag: flag("young", "fit|keep"),
         field: young,
-        values: "`fit`: under `memliner` on G1, when the agent loads (before the heap is made), G1's young generation may grow to at most half the local budget (`G1MaxNewSizePercent`, shown as ergonomic by `-XX:+PrintFlagsFinal`): an eden larger than the budget is written to the memory server page by page before each collection frees it, and its survivors read back; left alone when the command line sizes the young generation (`-Xmn`, `NewSize`, `MaxNewSize`, `NewRatio`, `G1NewSizePercent`, `G1MaxNewSizePercent`) or half the budget already holds G1's largest; `keep`: G1 sizes it as it would without the agent",
+        values: "`fit`: under `memliner`, when the agent loads (before the heap is made), the young generation may grow to at most half the local budget (G1: `G1MaxNewSizePercent`; Parallel and Serial: `MaxNewSize`, the old generation taking the rest of the heap; shown as ergonomic by `-XX:+PrintFlagsFinal`): an eden larger than the budget is written to the memory server page by page before each collection frees it, and its survivors read back; left alone when the command line sizes the young generation (`-Xmn`, `NewSize`, `MaxNewSize`, `NewRatio`, and on G1 `G1NewSizePercent`, `G1MaxNewSizePercent`) or half the budget already holds the collector's largest; `keep`: the collector sizes it as it would without the agent",
         default: "`fit`",
     },
     choice_option! {

@@ -80,14 +80,14 @@ pub struct HeapDoc {
     pub discovery: Discovery,
     /// Anonymous mappings registered inside the heap.
     pub spans: u64,
-    /// G1's young generation as the agent found and left it (`young=`); absent for other
-    /// collectors and where the flags could not be read.
+    /// The young generation as the agent found and left it (`young=`): G1, Parallel and
+    /// Serial; absent for other collectors and where the flags could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub young: Option<YoungDoc>,
 }
 
 lowercase_enum! {
-    /// What the agent did to G1's young generation when it loaded.
+    /// What the agent did to the young generation when it loaded.
     pub enum YoungSizing {
         /// Lowered its largest size to half the budget.
         Fitted,
@@ -100,12 +100,13 @@ lowercase_enum! {
     }
 }
 
-/// G1's young generation as the agent found and left it.
+/// The young generation as the agent found and left it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct YoungDoc {
     pub sizing: YoungSizing,
-    /// The most of the heap G1 may make young, in percent (`G1MaxNewSizePercent`), as it runs.
+    /// The most of the heap the collector may make young, in whole percent, as it runs (G1:
+    /// `G1MaxNewSizePercent`; Parallel and Serial: `MaxNewSize` over the heap).
     pub max_percent: u64,
     /// The same before the agent loaded.
     pub jvm_max_percent: u64,
