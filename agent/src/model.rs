@@ -10,7 +10,8 @@ use crate::gc_activity::GcActivity;
 pub trait ThreadClassifier: Send + Sync {
     /// Called on the fault path for threads not yet cached; may be slow (reads /proc).
     fn kind_of(&self, tid: u32) -> ThreadKind;
-    /// Whether a stop-the-world GC pause is in progress (decides `GcWorker` faults).
+    /// Whether a stop-the-world GC pause is in progress (decides `GcWorker` and `VmThread`
+    /// faults).
     fn in_gc_pause(&self) -> bool {
         false
     }
@@ -22,6 +23,10 @@ pub enum ThreadKind {
     Fixed(ThreadClass),
     /// A GC worker that runs both inside pauses and concurrently (Shenandoah, G1 workers).
     GcWorker,
+    /// HotSpot's VM thread: it runs every safepoint operation, and with them whatever part of
+    /// a collection the collector leaves to it, all of Serial's (young and full): in a GC
+    /// pause, GC work.
+    VmThread,
     /// A concurrent GC thread, and what it does (its name says).
     GcConcurrent(GcActivity),
     /// Not known yet (a Java thread may not have announced itself): ask again next time.

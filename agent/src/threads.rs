@@ -30,7 +30,6 @@ pub fn kind_by_name(name: &str) -> Option<ThreadKind> {
     ];
     const JIT: &[&str] = &["C1 CompilerThre", "C2 CompilerThre", "Sweeper thread"];
     const VM: &[&str] = &[
-        "VM Thread",
         "VM Periodic Tas",
         "Safepoint Clean",
         "Monitor Deflati",
@@ -40,6 +39,8 @@ pub fn kind_by_name(name: &str) -> Option<ThreadKind> {
     let starts = |l: &[&str]| l.iter().any(|p| name.starts_with(p));
     if starts(GC_WORKERS) {
         Some(ThreadKind::GcWorker)
+    } else if name == "VM Thread" {
+        Some(ThreadKind::VmThread)
     } else if let Some(&(_, a)) = GC_CONCURRENT.iter().find(|(p, _)| name.starts_with(p)) {
         Some(ThreadKind::GcConcurrent(a))
     } else if starts(GC_CONCURRENT_OTHER) {
@@ -135,8 +136,9 @@ mod tests {
             kind_by_name("C2 CompilerThre"),
             Some(ThreadKind::Fixed(ThreadClass::Jit))
         );
+        assert_eq!(kind_by_name("VM Thread"), Some(ThreadKind::VmThread));
         assert_eq!(
-            kind_by_name("VM Thread"),
+            kind_by_name("VM Periodic Tas"),
             Some(ThreadKind::Fixed(ThreadClass::Vm))
         );
         assert_eq!(kind_by_name("main"), None);

@@ -761,3 +761,71 @@ fn a_sequential_scan_after_random_reads_is_read_ahead_with_the_budget_full() {
         pager.peak_resident_pages()
     );
 }
+
+/// The test thread that registers is HotSpot's VM thread; `pause` says whether a GC pause is
+/// under way; every other thread is the application's.
+#[derive(Clone, Default)]
+struct VmThreadAndPause {
+    vm: Arc<Mutex<Option<u32>>>,
+    pause: Arc<AtomicBool>,
+}
+
+impl ThreadClassifier for VmThreadAndPause {
+    fn kind_of(&self, tid: u32) -> ThreadKind {
+        if *self.vm.lock().unwrap() == Some(tid) {
+            ThreadKind::VmThread
+        } else {
+            ThreadKind::Fixed(ThreadClass::Application)
+        }
+    }
+
+    fn in_gc_pause(&self) -> bool {
+        self.pause.load(Ordering::SeqCst)
+    }
+}
+
+/// Serial collects on HotSpot's VM thread: its faults inside a GC pause are the collector's
+/// (counted and admitted as the GC's), outside one the VM's; the bytes are the last written.
+#[test]
+fn the_vm_threads_faults_in_a_gc_pause_are_the_collectors() {
+    let region = Region::new(512);
+    let threads = VmThreadAndPause::default();
+    let pager = start_pager(
+        &region,
+        PagerConfig {
+            policy: memliner(),
+            ..common::config(64)
+        },
+        Box::new(LocalStore::new(1 << 20)),
+        Box::new(threads.clone()),
+    );
+    for p in 0..region.pages {
+        region.write(p, 0, pattern(p, 0, 1));
+    }
+    pager.settle();
+    let remote = |c: ThreadClass| {
+        pager.counters().faults[c as usize][FaultKind::Remote as usize].load(Ordering::SeqCst)
+    };
+    // The first pages written went out first; read them far apart (no trend to prefetch).
+    let read = |pages: std::ops::Range<usize>| {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: gettid has no preconditions.
+                *threads.vm.lock().unwrap() = Some(unsafe { libc::gettid() } as u32);
+                for p in pages.step_by(7) {
+                    assert_eq!(region.read(p, 0), pattern(p, 0, 1), "page {p}");
+                }
+            });
+        })
+    };
+    read(0..100);
+    let (vm, gc) = (remote(ThreadClass::Vm), remote(ThreadClass::Gc));
+    assert!(vm > 0 && gc == 0, "outside a pause: vm {vm}, gc {gc}");
+    threads.pause.store(true, Ordering::SeqCst);
+    read(200..300);
+    let (vm2, gc2) = (remote(ThreadClass::Vm), remote(ThreadClass::Gc));
+    assert!(
+        vm2 == vm && gc2 > 0,
+        "in a pause: vm {vm2} (was {vm}), gc {gc2}"
+    );
+}

@@ -227,6 +227,15 @@ pub fn cell_on(
         faults.by_class.application.total > 0,
         "{what}: no application faults"
     );
+    if gc == "Serial" && local < 100 && s.gc.pauses > 0 {
+        // Serial collects on the VM thread: its faults in a pause are the collector's.
+        assert!(
+            faults.by_class.gc.total > 0,
+            "{what}: {} pauses and no GC fault: {:?}",
+            s.gc.pauses,
+            faults.by_class
+        );
+    }
     let evictions = pager.evictions.total();
     if local == 100 {
         assert_eq!(
