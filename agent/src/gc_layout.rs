@@ -139,7 +139,8 @@ fn generational(
 pub struct GcLayout {
     collector: &'static str,
     layout: Layout,
-    /// G1's card table, for the cards a pause is about to scan (`None`: not described).
+    /// The card table, for the cards a pause is about to scan (`None`: not described, or a
+    /// collector without one read here).
     cards: Option<CardTable>,
 }
 
@@ -153,10 +154,23 @@ struct CardTable {
     byte_map_base: usize,
     shift: u32,
     dirty: u8,
+    clean: u8,
+    scanned: Scanned,
+}
+
+/// Which cards of old regions a young collection scans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scanned {
+    /// G1: the dirty ones (it merges its remembered sets into the card table as dirty cards
+    /// when the pause starts).
+    Dirty,
+    /// Serial (and Parallel): every card that is not clean (dirty, or left marked by the last
+    /// collection because its objects still point into the young generation).
+    NotClean,
 }
 
 impl CardTable {
-    fn find(vm: &VmStructs) -> Result<CardTable, String> {
+    fn find(vm: &VmStructs, scanned: Scanned) -> Result<CardTable, String> {
         // JDK 17 exports the shift as a constant; JDK 18+ sizes cards by a flag.
         let shift = match vm.int_constant(&["CardTable::card_shift"]) {
             Ok(s) => s as u32,
@@ -174,7 +188,35 @@ impl CardTable {
             byte_map_base: vm.offset_of(&[("CardTable", "_byte_map_base")])?,
             shift,
             dirty: vm.int_constant(&["CardTable::dirty_card"])? as u8,
+            // -1 as JDK 17's signed card byte, 255 as JDK 25's unsigned one: 0xff either way.
+            clean: match scanned {
+                Scanned::Dirty => vm.int_constant(&["CardTable::clean_card"]).unwrap_or(-1) as u8,
+                Scanned::NotClean => vm.int_constant(&["CardTable::clean_card"])? as u8,
+            },
+            scanned,
         })
+    }
+
+    /// The table's biased base as it is now (`None` before the barrier set is set up).
+    ///
+    /// # Safety
+    /// Call after the VM has set up its barrier set (VMInit).
+    unsafe fn resolve(&self) -> Option<PendingCards> {
+        // SAFETY: the caller's contract; the barrier set and its card table are the VM's own.
+        let base = unsafe { chase(self.barrier_set, &[self.card_table, self.byte_map_base]) }?;
+        Some(PendingCards {
+            base,
+            shift: self.shift,
+            dirty: self.dirty,
+        })
+    }
+
+    /// Whether a pause scans a card holding `value`.
+    fn scans(&self, value: u8) -> bool {
+        match self.scanned {
+            Scanned::Dirty => value == self.dirty,
+            Scanned::NotClean => value != self.clean,
+        }
     }
 }
 
@@ -349,7 +391,11 @@ impl GcLayout {
             other => return Err(format!("no dead-space reader for the {other} collector")),
         };
         let cards = match collector {
-            "G1" => CardTable::find(vm).ok(),
+            "G1" => CardTable::find(vm, Scanned::Dirty).ok(),
+            "Serial" => CardTable::find(vm, Scanned::NotClean).ok(),
+            // Parallel's workers scan the old generation's cards in interleaved stripes; its
+            // card pages read ahead made it slower (kv and graph at 25% of 1 GiB: 1.05x the
+            // wall, paired; young-evacuation faults doubled as they pushed eden out).
             _ => None,
         };
         Ok(GcLayout {
@@ -359,16 +405,19 @@ impl GcLayout {
         })
     }
 
-    /// Appends the pages of `spans` that hold a dirty card now: in a G1 pause, once the
-    /// remembered sets are merged into the card table, the cards the pause is about to scan.
-    /// `false`: this JVM's card table is not read.
+    /// Appends the pages of `spans` that hold a card the pause scans: in a G1 pause, once the
+    /// remembered sets are merged into the card table, the dirty ones; in Serial's, every card
+    /// not clean. `false`: this JVM's card table is not read.
     ///
     /// # Safety
     /// Call only inside a collection pause, with `spans` committed regions of this heap (the
     /// card table is committed with its regions).
     pub unsafe fn dirty_card_pages(&self, spans: &[RegionSpan], out: &mut Vec<usize>) -> bool {
+        let Some(table) = self.cards else {
+            return false;
+        };
         // SAFETY: inside a pause, after VMInit (the caller's contract).
-        let Some(ct) = (unsafe { self.pending_cards() }) else {
+        let Some(ct) = (unsafe { table.resolve() }) else {
             return false;
         };
         let page_shift = swap_backend::PAGE_SIZE.trailing_zeros();
@@ -382,7 +431,7 @@ impl GcLayout {
                     std::slice::from_raw_parts((ct.base + first) as *const u8, last - first + 1);
                 let mut last_page = usize::MAX;
                 for (i, &c) in cards.iter().enumerate() {
-                    if c == ct.dirty {
+                    if table.scans(c) {
                         let page = ((first + i) << ct.shift) >> page_shift;
                         if page != last_page {
                             out.push(page << page_shift);
@@ -395,20 +444,17 @@ impl GcLayout {
         true
     }
 
-    /// The card table as it is now, for telling pages with dirty cards one at a time (see
-    /// [`PendingCards`]); `None` on collectors without one read here.
+    /// G1's card table as it is now, for telling pages with dirty cards one at a time (see
+    /// [`PendingCards`]: a refinement thread or the next pause reads them); `None` on other
+    /// collectors (Serial's cards stay marked while their objects point into the young
+    /// generation, so holding their pages would hold them for good).
     ///
     /// # Safety
     /// Call after the VM has set up its barrier set (VMInit).
     pub unsafe fn pending_cards(&self) -> Option<PendingCards> {
-        let ct = self.cards?;
-        // SAFETY: the caller's contract; the barrier set and its card table are the VM's own.
-        let base = unsafe { chase(ct.barrier_set, &[ct.card_table, ct.byte_map_base]) }?;
-        Some(PendingCards {
-            base,
-            shift: ct.shift,
-            dirty: ct.dirty,
-        })
+        let ct = self.cards.filter(|c| c.scanned == Scanned::Dirty)?;
+        // SAFETY: the caller's contract.
+        unsafe { ct.resolve() }
     }
 
     pub fn collector(&self) -> &'static str {
@@ -732,7 +778,8 @@ mod tests {
     }
 
     /// The cards a pause will scan, as G1's card table holds them once the remembered sets are
-    /// merged: the pages of the old spans' dirty cards, each page once, in address order.
+    /// merged (Serial's as it holds them): the pages of the old spans' dirty (not clean)
+    /// cards, each page once, in address order.
     #[test]
     fn the_pages_of_dirty_cards_in_old_spans_are_named_once_each() {
         let start = 0x7d00_0000_0000usize;
@@ -777,7 +824,7 @@ mod tests {
             &[("CardTable::card_shift", 9), ("CardTable::dirty_card", 0)],
         );
         let mut l = GcLayout::find(&vm, "Parallel").unwrap();
-        l.cards = Some(CardTable::find(&vm).unwrap());
+        l.cards = Some(CardTable::find(&vm, Scanned::Dirty).unwrap());
         let spans = [
             RegionSpan {
                 start,
@@ -803,6 +850,19 @@ mod tests {
             .filter(|&i| unsafe { pending.page_is_pending(start + i * PAGE) })
             .collect();
         assert_eq!(one_by_one, pages);
+        // Serial scans every card not clean: the young card's page too; its cards are not held
+        // one by one.
+        l.cards = Some(CardTable {
+            scanned: Scanned::NotClean,
+            ..l.cards.unwrap()
+        });
+        out.clear();
+        // SAFETY: as above.
+        assert!(unsafe { l.dirty_card_pages(&spans, &mut out) });
+        let pages: Vec<usize> = out.iter().map(|a| (a - start) / PAGE).collect();
+        assert_eq!(pages, vec![0, 1, 12, 16, 25]);
+        // SAFETY: as above.
+        assert!(unsafe { l.pending_cards() }.is_none());
         // Without a card table: nothing named, and the caller told so.
         l.cards = None;
         // SAFETY: as above.

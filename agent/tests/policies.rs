@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use memliner_agent::model::{FaultKind, ThreadClass, ThreadClassifier, ThreadKind};
-use memliner_agent::pager::{Pager, PagerConfig};
+use memliner_agent::pager::{Pager, PagerConfig, ScanOrder};
 use memliner_agent::policy::{Baseline, MemLiner, PagingPolicy, StreamScope};
 use swap_backend::LocalStore;
 
@@ -552,15 +552,18 @@ fn a_pause_reads_the_dirty_cards_just_ahead_of_its_scan() {
     let asked: Arc<Mutex<Vec<Vec<RegionSpan>>>> = Arc::default();
     {
         let (stride, asked, base) = (stride.clone(), asked.clone(), region.base);
-        pager.set_card_reader(Box::new(move |spans, out| {
-            asked.lock().unwrap().push(spans.to_vec());
-            let stride = stride.load(Ordering::SeqCst);
-            for s in spans {
-                let pages = (s.start - base) / 4096..(s.end - base).div_ceil(4096);
-                out.extend(pages.filter(|p| p % stride == 0).map(|p| base + p * 4096));
-            }
-            true
-        }));
+        pager.set_card_reader(
+            Box::new(move |spans, out| {
+                asked.lock().unwrap().push(spans.to_vec());
+                let stride = stride.load(Ordering::SeqCst);
+                for s in spans {
+                    let pages = (s.start - base) / 4096..(s.end - base).div_ceil(4096);
+                    out.extend(pages.filter(|p| p % stride == 0).map(|p| base + p * 4096));
+                }
+                true
+            }),
+            ScanOrder::Up,
+        );
     }
     // The first granule is a humongous object, the rest old regions.
     let span = |from: usize, to: usize, kind| RegionSpan {
@@ -635,6 +638,70 @@ fn a_pause_reads_the_dirty_cards_just_ahead_of_its_scan() {
     });
     assert!(whole.fetched.load(Ordering::SeqCst) > 0, "{whole:?}");
     assert_eq!(whole.dropped.load(Ordering::SeqCst), 0, "{whole:?}");
+    pager.gc_pause_finished(None, Default::default());
+    for p in 0..region.pages {
+        assert_eq!(region.read(p, 0), pattern(p, 0, 1), "page {p}");
+    }
+}
+
+/// Serial walks an old space's cards from its top down: a pause's first fault in a granule
+/// reads the remote pages of the cards below it in that granule (those above were scanned
+/// already), and no further.
+#[test]
+fn a_pause_scanning_down_reads_the_cards_below_its_fault() {
+    use memliner_agent::gc_activity::{RegionKind, RegionMap, RegionSpan};
+    use memliner_agent::pager::SCAN_AHEAD;
+    let (region, classes, pager) = written(1024, 256);
+    let map = residency(&pager, region.pages);
+    let g = SCAN_AHEAD / 4096;
+    assert!(region.pages >= 3 * g && map[..2 * g].iter().all(|r| *r != 0));
+    // Every fourth page holds a card to scan: more than the pause's share, so that only the
+    // granule's are read.
+    let asked: Arc<Mutex<Vec<Vec<RegionSpan>>>> = Arc::default();
+    {
+        let (asked, base) = (asked.clone(), region.base);
+        pager.set_card_reader(
+            Box::new(move |spans, out| {
+                asked.lock().unwrap().push(spans.to_vec());
+                for s in spans {
+                    let pages = (s.start - base) / 4096..(s.end - base).div_ceil(4096);
+                    out.extend(pages.filter(|p| p % 4 == 0).map(|p| base + p * 4096));
+                }
+                true
+            }),
+            ScanOrder::Down,
+        );
+    }
+    let span = |from: usize, to: usize| RegionSpan {
+        start: region.base + from * 4096,
+        end: region.base + to * 4096,
+        kind: RegionKind::Old,
+    };
+    let from = g + 200;
+    let below: Vec<usize> = (g..from).filter(|p| p % 4 == 0).collect();
+    pager.gc_pause_started(RegionMap::new(vec![span(0, region.pages)]), true);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            classes.join_as(ThreadClass::Gc);
+            assert_eq!(region.read(from, 0), pattern(from, 0, 1));
+            wait_until(
+                || below.iter().all(|&p| map[p] == 0),
+                || format!("pages below not read: {:?}", pager.prefetch_counters()),
+            );
+        });
+    });
+    let asked_now = asked.lock().unwrap().clone();
+    assert_eq!(
+        asked_now.first(),
+        Some(&vec![span(g, from + 1)]),
+        "from the granule's bottom to the fault: {asked_now:?}"
+    );
+    assert!(
+        (from + 1..2 * g)
+            .filter(|p| p % 4 == 0)
+            .all(|p| map[p] != 0),
+        "read above the fault"
+    );
     pager.gc_pause_finished(None, Default::default());
     for p in 0..region.pages {
         assert_eq!(region.read(p, 0), pattern(p, 0, 1), "page {p}");

@@ -420,7 +420,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         key: "pause_reads",
         flag: flag("pause-reads", "on|off"),
         field: pause_reads,
-        values: "`on`: under `memliner`, a stop-the-world pause's pages are read in bulk, in address order, while its threads work on what is local: when it starts, the remote pages of its young regions (G1's eden and survivors, Parallel's and Serial's young spaces); on G1, when it first reads an old region through a card, the card table's list of what it is about to scan (local pages are kept from eviction until the pause reaches them; the remote ones are read at once only when they all fit in the pause's share of the prefetch), and at its first fault in each megabyte of old regions the remote pages of the dirty cards above that fault in the megabyte, read before anything else; `off`: the pause faults them in one at a time",
+        values: "`on`: under `memliner`, a stop-the-world pause's pages are read in bulk, in address order, while its threads work on what is local: when it starts, the remote pages of its young regions (G1's eden and survivors, Parallel's and Serial's young spaces); on G1 and Serial, when it first reads an old region through a card, the card table's list of what it is about to scan (local pages are kept from eviction until the pause reaches them; the remote ones are read at once only when they all fit in the pause's share of the prefetch), and at its first fault in each megabyte of old regions the remote pages of the cards to scan in that megabyte on the scan's way from the fault (G1 scans up, Serial down), read before anything else; `off`: the pause faults them in one at a time",
         default: "`on`",
     },
     choice_option! {

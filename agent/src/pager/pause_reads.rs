@@ -31,6 +31,15 @@ pub(super) struct Using<'a> {
 /// when the collector's card table cannot be read.
 pub type CardReader = Box<dyn Fn(&[RegionSpan], &mut Vec<usize>) -> bool + Send + Sync>;
 
+/// Which way a pause's threads walk an old region's cards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanOrder {
+    /// From low addresses up (G1, a region at a time).
+    Up,
+    /// From high addresses down (Serial: its card iteration runs from the space's top).
+    Down,
+}
+
 /// The heap bytes (from the heap's start) whose cards one fault reads ahead: G1's smallest
 /// region, and a divisor of every region size G1 picks. G1 scans a region's dirty cards from
 /// its bottom up, its workers claiming chunks of it in turn, in an order of regions the agent
@@ -41,7 +50,7 @@ pub type CardReader = Box<dyn Fn(&[RegionSpan], &mut Vec<usize>) -> bool + Send 
 pub const SCAN_AHEAD: usize = 1 << 20;
 
 pub(super) struct PauseReads {
-    cards: OnceLock<CardReader>,
+    cards: OnceLock<(CardReader, ScanOrder)>,
     /// The pause under way has had its whole card list read (or should not).
     cards_done: AtomicBool,
     /// Reads are on for the pause under way.
@@ -70,8 +79,8 @@ impl PauseReads {
         }
     }
 
-    pub fn set_card_reader(&self, r: CardReader) {
-        let _ = self.cards.set(r);
+    pub fn set_card_reader(&self, r: CardReader, order: ScanOrder) {
+        let _ = self.cards.set((r, order));
     }
 
     /// A pause starts (`read`: its pages are to be read in bulk): queues its young regions'
@@ -152,7 +161,8 @@ impl PauseReads {
     }
 
     /// The pause's first fault in `page`'s granule: queues the remote pages of the dirty cards
-    /// from `page` to the granule's end, ahead of every other read.
+    /// from `page` to the granule's end in the scan's direction (its top when the scan goes
+    /// up, its bottom when it goes down), ahead of every other read.
     fn read_ahead(&self, p: &Using<'_>, page: usize) {
         let g = page * swap_backend::PAGE_SIZE / SCAN_AHEAD;
         // A load first: the word is shared by the pause's threads, set once per granule.
@@ -161,11 +171,12 @@ impl PauseReads {
         {
             return;
         }
-        let ahead = ahead_of(
-            &p.attribution.pause_spans(),
-            p.ctx.page_addr(page),
-            p.ctx.base + (g + 1) * SCAN_AHEAD,
-        );
+        let at = p.ctx.page_addr(page);
+        let (from, to) = match self.cards.get().map(|(_, o)| *o) {
+            Some(ScanOrder::Down) => (p.ctx.base + g * SCAN_AHEAD, at + swap_backend::PAGE_SIZE),
+            _ => (at, p.ctx.base + (g + 1) * SCAN_AHEAD),
+        };
+        let ahead = ahead_of(&p.attribution.pause_spans(), from, to);
         if let Some(pages) = self.dirty_card_pages(p, ahead.iter()) {
             queue(p, pages.into_iter(), Prefetcher::read_ahead_of_scan);
         }
@@ -190,7 +201,7 @@ impl PauseReads {
         p: &Using<'_>,
         spans: impl Iterator<Item = &'s RegionSpan>,
     ) -> Option<Vec<usize>> {
-        let reader = self.cards.get()?;
+        let (reader, _) = self.cards.get()?;
         let old: Vec<RegionSpan> = spans
             .filter(|s| matches!(s.kind, RegionKind::Old | RegionKind::Humongous))
             .cloned()

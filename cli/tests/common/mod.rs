@@ -12,7 +12,7 @@ use memliner_cli::workloads::{self, Workload};
 use memliner_cli::{locate, summary};
 use memliner_contracts::model::GcActivity;
 use memliner_contracts::model::{Discovery, FaultDelivery};
-use memliner_contracts::options::Policy;
+use memliner_contracts::options::{PauseReads, Policy};
 use memliner_contracts::stats::StatsDoc;
 
 /// Pages the budget may be exceeded by: heap pages the JVM touched before the agent registered
@@ -235,6 +235,11 @@ pub fn cell_on(
             s.gc.pauses,
             faults.by_class
         );
+        // Its card scan reads the old space's cards below each first fault in a megabyte
+        // (600-1,200 pages a run at these sizes).
+        if cfg.options.policy == Policy::MemLiner && cfg.options.pause_reads == PauseReads::On {
+            assert!(s.gc.scan_ahead_pages > 0, "{what}: {:?}", s.gc);
+        }
     }
     let evictions = pager.evictions.total();
     if local == 100 {
