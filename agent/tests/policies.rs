@@ -534,6 +534,27 @@ fn pages_read_for_a_pause_never_undo_a_write() {
     );
 }
 
+/// The spans each call of a card reader was asked about.
+type Asked = Arc<Mutex<Vec<Vec<memliner_agent::gc_activity::RegionSpan>>>>;
+
+/// A card table over the region at `base` where a page holds a card to scan when it is a
+/// multiple of `stride`; each call's spans are kept in `asked`.
+fn strided_cards(
+    base: usize,
+    stride: Arc<std::sync::atomic::AtomicUsize>,
+    asked: Asked,
+) -> memliner_agent::pager::CardReader {
+    Box::new(move |spans, out| {
+        asked.lock().unwrap().push(spans.to_vec());
+        let stride = stride.load(Ordering::SeqCst);
+        for s in spans {
+            let pages = (s.start - base) / 4096..(s.end - base).div_ceil(4096);
+            out.extend(pages.filter(|p| p % stride == 0).map(|p| base + p * 4096));
+        }
+        true
+    })
+}
+
 /// A G1 pause's card scan (`pause_reads`): its first fault in a granule of the heap
 /// (`SCAN_AHEAD`) reads the remote pages of the dirty cards above it in that granule, and no
 /// further; a fault on a humongous region reads no cards (G1 reads those objects' headers
@@ -549,22 +570,11 @@ fn a_pause_reads_the_dirty_cards_just_ahead_of_its_scan() {
     assert!(region.pages >= 3 * g && map[..2 * g].iter().all(|r| *r != 0));
     // The card table: a page holds a dirty card when it is a multiple of `stride`.
     let stride = Arc::new(std::sync::atomic::AtomicUsize::new(4));
-    let asked: Arc<Mutex<Vec<Vec<RegionSpan>>>> = Arc::default();
-    {
-        let (stride, asked, base) = (stride.clone(), asked.clone(), region.base);
-        pager.set_card_reader(
-            Box::new(move |spans, out| {
-                asked.lock().unwrap().push(spans.to_vec());
-                let stride = stride.load(Ordering::SeqCst);
-                for s in spans {
-                    let pages = (s.start - base) / 4096..(s.end - base).div_ceil(4096);
-                    out.extend(pages.filter(|p| p % stride == 0).map(|p| base + p * 4096));
-                }
-                true
-            }),
-            ScanOrder::Up,
-        );
-    }
+    let asked = Asked::default();
+    pager.set_card_reader(
+        strided_cards(region.base, stride.clone(), asked.clone()),
+        ScanOrder::Up,
+    );
     // The first granule is a humongous object, the rest old regions.
     let span = |from: usize, to: usize, kind| RegionSpan {
         start: region.base + from * 4096,
@@ -657,21 +667,12 @@ fn a_pause_scanning_down_reads_the_cards_below_its_fault() {
     assert!(region.pages >= 3 * g && map[..2 * g].iter().all(|r| *r != 0));
     // Every fourth page holds a card to scan: more than the pause's share, so that only the
     // granule's are read.
-    let asked: Arc<Mutex<Vec<Vec<RegionSpan>>>> = Arc::default();
-    {
-        let (asked, base) = (asked.clone(), region.base);
-        pager.set_card_reader(
-            Box::new(move |spans, out| {
-                asked.lock().unwrap().push(spans.to_vec());
-                for s in spans {
-                    let pages = (s.start - base) / 4096..(s.end - base).div_ceil(4096);
-                    out.extend(pages.filter(|p| p % 4 == 0).map(|p| base + p * 4096));
-                }
-                true
-            }),
-            ScanOrder::Down,
-        );
-    }
+    let asked = Asked::default();
+    let stride = Arc::new(std::sync::atomic::AtomicUsize::new(4));
+    pager.set_card_reader(
+        strided_cards(region.base, stride, asked.clone()),
+        ScanOrder::Down,
+    );
     let span = |from: usize, to: usize| RegionSpan {
         start: region.base + from * 4096,
         end: region.base + to * 4096,
