@@ -50,7 +50,7 @@ pub struct Channel {
 impl Channel {
     /// Connects a new endpoint to `info`'s destination (`FI_EP_MSG`), sending `data` with the
     /// request, with a buffer of `buffer_len` bytes (registered when `register`, i.e.
-    /// `FI_MR_LOCAL`).
+    /// `FI_MR_LOCAL`); waits up to `timeout` for the server to accept (`ETIMEDOUT` after).
     pub fn connect(
         domain: &Arc<Domain>,
         info: &Info,
@@ -58,6 +58,7 @@ impl Channel {
         buffer_len: usize,
         register: bool,
         key: u64,
+        timeout: Duration,
     ) -> Result<Channel, FabricError> {
         let eq = EventQueue::open(domain.fabric())?;
         let ch = Channel::open(
@@ -69,7 +70,7 @@ impl Channel {
             register,
             key,
         )?;
-        ch.ep.connect(info, &eq, data, Duration::from_secs(10))?;
+        ch.ep.connect(info, &eq, data, timeout)?;
         Ok(ch)
     }
 

@@ -35,6 +35,9 @@ pub const KEEP_FREE: usize = 4 * ALLOC_CHUNK;
 /// Pages one transfer moves (a channel's buffer).
 pub const CHANNEL_PAGES: usize = MAX_BATCH;
 
+/// How long a new data endpoint waits for the server to accept it without a `deadline`.
+const CONNECT_WAIT: Duration = Duration::from_secs(10);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -187,6 +190,9 @@ impl FabricStore {
                 buffer,
                 self.register,
                 key,
+                // A server that stopped answering leaves a new endpoint's thread waiting no
+                // longer than any transfer would.
+                self.deadline.unwrap_or(CONNECT_WAIT),
             ),
             Route::Address { av, dest } => Channel::addressed(
                 &self.domain,
@@ -205,8 +211,15 @@ impl FabricStore {
             ch
         })
         .map_err(|e| {
+            let why = match self.deadline {
+                Some(d) if e.code == libc::ETIMEDOUT => format!(
+                    "no answer within the {} deadline",
+                    crate::units::format_duration(d)
+                ),
+                _ => e.to_string(),
+            };
             self.io(format!(
-                "cannot connect a data endpoint ({}): {e}",
+                "cannot connect a data endpoint ({}): {why}",
                 self.attach.provider
             ))
         })
@@ -602,6 +615,7 @@ mod tests {
                 PAGE_SIZE,
                 c.register,
                 99,
+                CONNECT_WAIT,
             );
             assert!(r.is_err(), "session {session:#x} was accepted");
         }
