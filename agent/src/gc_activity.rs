@@ -46,6 +46,15 @@ pub struct RegionSpan {
     pub kind: RegionKind,
 }
 
+/// Which way a pause's threads walk an old region's cards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanOrder {
+    /// From low addresses up (G1, a region at a time).
+    Up,
+    /// From high addresses down (Serial: its card iteration runs from the space's top).
+    Down,
+}
+
 /// The heap's regions at a pause's start, sorted by address, adjacent spans of one kind
 /// merged (a G1 heap of 2,048 regions is a few dozen spans).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

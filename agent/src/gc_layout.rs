@@ -21,7 +21,7 @@
 
 #![allow(unsafe_code)]
 
-use crate::gc_activity::{RegionKind, RegionMap, RegionSpan};
+use crate::gc_activity::{RegionKind, RegionMap, RegionSpan, ScanOrder};
 use crate::vmstructs::VmStructs;
 
 /// Why a range holds nothing live; the stats name it as `name` does.
@@ -452,13 +452,30 @@ impl GcLayout {
     /// # Safety
     /// Call after the VM has set up its barrier set (VMInit).
     pub unsafe fn pending_cards(&self) -> Option<PendingCards> {
-        let ct = self.cards.filter(|c| c.scanned == Scanned::Dirty)?;
+        if !self.refines_cards() {
+            return None;
+        }
         // SAFETY: the caller's contract.
-        unsafe { ct.resolve() }
+        unsafe { self.cards?.resolve() }
     }
 
     pub fn collector(&self) -> &'static str {
         self.collector
+    }
+
+    /// Which way a pause walks the cards [`GcLayout::dirty_card_pages`] names: Serial's
+    /// (`ClearNoncleanCardWrapper`) from a space's top down, G1's from a region's bottom up.
+    pub fn card_scan_order(&self) -> ScanOrder {
+        match self.collector {
+            "Serial" => ScanOrder::Down,
+            _ => ScanOrder::Up,
+        }
+    }
+
+    /// Whether concurrent threads scan the cards a pause leaves dirty (G1's refinement):
+    /// elsewhere they wait for the next pause, which reads them then.
+    pub fn refines_cards(&self) -> bool {
+        self.cards.is_some_and(|c| c.scanned == Scanned::Dirty)
     }
 
     /// The heap's regions and their kinds now (for attributing a pause's faults); empty for a

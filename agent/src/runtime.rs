@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use crate::logging::log;
 use crate::options::{self, LogLevel, Options, Policy};
-use crate::pager::{Pager, PagerConfig, ScanOrder};
+use crate::pager::{Pager, PagerConfig};
 use crate::{
     gc_activity, gc_layout, heap, hooks, jvmti, model, perfdata, policy, stats, threads, young,
 };
@@ -447,11 +447,10 @@ fn start_paging(rt: &'static Runtime) -> Result<(), String> {
     if let Some(p) = rt.pager.get() {
         // Refinement's cards are read ahead under card_hold, which holds them while dirty.
         hooks::attach(p, rt.options.holds_cards());
-        // Serial walks an old space's cards from its top down; G1 goes up.
-        let order = match rt.layout.get().map(|l| l.collector()) {
-            Some("Serial") => ScanOrder::Down,
-            _ => ScanOrder::Up,
-        };
+        let order = rt
+            .layout
+            .get()
+            .map_or(gc_activity::ScanOrder::Up, |l| l.card_scan_order());
         p.set_card_reader(
             Box::new(|spans, out| {
                 match RUNTIME.get().and_then(|rt| rt.layout.get()) {
@@ -633,10 +632,8 @@ unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
                     .filter(|r| r.reason == gc_layout::Reason::FreeRegion)
                     .map(|r| (r.start, r.end))
                     .collect();
-                // G1's refinement threads scan the cards a pause left dirty; Parallel's and
-                // Serial's cards wait for the next pause, which reads them then.
-                let g1 = rt.layout.get().is_some_and(|l| l.collector() == "G1");
-                if rt.options.holds_cards() && g1 {
+                let refined = rt.layout.get().is_some_and(|l| l.refines_cards());
+                if rt.options.holds_cards() && refined {
                     p.read_cards_left(&after);
                 }
                 p.gc_pause_finished(Some((kind, &free)), after);

@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use memliner_agent::gc_activity::ScanOrder;
 use memliner_agent::model::{FaultKind, ThreadClass, ThreadClassifier, ThreadKind};
-use memliner_agent::pager::{Pager, PagerConfig, ScanOrder};
+use memliner_agent::pager::{Pager, PagerConfig};
 use memliner_agent::policy::{Baseline, MemLiner, PagingPolicy, StreamScope};
 use swap_backend::LocalStore;
 

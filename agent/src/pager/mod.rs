@@ -74,7 +74,7 @@ pub use attribution::ActivityCount;
 pub use config::{FatalFn, PagerConfig, Replacement, Window};
 pub use counters::{Latencies, LatencyBuckets, PagerCounters, Role, CYCLE_GAP, LATENCY_BOUNDS_NS};
 use pause_reads::PauseReads;
-pub use pause_reads::{CardReader, ScanOrder, SCAN_AHEAD};
+pub use pause_reads::{CardReader, SCAN_AHEAD};
 pub use reclaim::{CardCheck, Decisions, ListSample, ReclaimCounters, DISTANCE_BUCKETS};
 
 use context::Ctx;
@@ -439,8 +439,9 @@ impl Pager {
             .ended(&self.parts.for_pause_reads(), after)
     }
 
-    /// How the agent reads the cards a pause is about to scan (G1's card table).
-    pub fn set_card_reader(&self, r: CardReader, order: ScanOrder) {
+    /// How the agent reads the cards a pause is about to scan (G1's and Serial's card
+    /// tables), and which way the pause walks them.
+    pub fn set_card_reader(&self, r: CardReader, order: crate::gc_activity::ScanOrder) {
         self.parts.pause_reads.set_card_reader(r, order);
     }
 

@@ -16,7 +16,7 @@ use super::context::Ctx;
 use super::page_table::PageState;
 use super::prefetch_io::Prefetcher;
 use super::reclaim::Reclaimer;
-use crate::gc_activity::{RegionKind, RegionMap, RegionSpan};
+use crate::gc_activity::{RegionKind, RegionMap, RegionSpan, ScanOrder};
 
 /// The parts of the pager a pause's reads use (`Parts::for_pause_reads` lends them).
 pub(super) struct Using<'a> {
@@ -30,15 +30,6 @@ pub(super) struct Using<'a> {
 /// Appends the addresses of the pages of `spans` whose cards the pause will scan; `false`
 /// when the collector's card table cannot be read.
 pub type CardReader = Box<dyn Fn(&[RegionSpan], &mut Vec<usize>) -> bool + Send + Sync>;
-
-/// Which way a pause's threads walk an old region's cards.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScanOrder {
-    /// From low addresses up (G1, a region at a time).
-    Up,
-    /// From high addresses down (Serial: its card iteration runs from the space's top).
-    Down,
-}
 
 /// The heap bytes (from the heap's start) whose cards one fault reads ahead: G1's smallest
 /// region, and a divisor of every region size G1 picks. G1 scans a region's dirty cards from

@@ -211,11 +211,12 @@ impl FabricStore {
             ch
         })
         .map_err(|e| {
-            let why = match self.deadline {
-                Some(d) if e.code == libc::ETIMEDOUT => format!(
-                    "no answer within the {} deadline",
-                    crate::units::format_duration(d)
-                ),
+            let why = match e.code {
+                libc::ETIMEDOUT => crate::tcp::name_timeout(
+                    std::io::Error::new(std::io::ErrorKind::TimedOut, e.to_string()),
+                    self.deadline,
+                )
+                .to_string(),
                 _ => e.to_string(),
             };
             self.io(format!(
