@@ -143,11 +143,18 @@ pub enum Guess {
 pub struct Window {
     pub pages: Vec<u64>,
     pub guess: Guess,
+    /// The lane that asked (see [`Streams::drop_passed`]).
+    pub lane: LaneId,
 }
+
+/// Names one lane of a stream for as long as it lives: a lane started in place of another gets
+/// a new id, so a window asked for by the old one is never taken for the new one's.
+pub type LaneId = u64;
 
 /// One prefetch stream: a detector and an adaptive depth.
 #[derive(Clone, Debug)]
 pub struct Stream {
+    id: LaneId,
     det: Detector,
     depth: usize,
     max_depth: usize,
@@ -156,7 +163,12 @@ pub struct Stream {
 
 impl Stream {
     pub fn new(max_depth: usize) -> Self {
+        Self::with_id(max_depth, 0)
+    }
+
+    fn with_id(max_depth: usize, id: LaneId) -> Self {
         Stream {
+            id,
             det: Detector::default(),
             depth: START_DEPTH.min(max_depth).max(1),
             max_depth: max_depth.max(1),
@@ -219,10 +231,12 @@ impl Stream {
                     .map(|q| q as u64)
                     .collect(),
                 guess: Guess::Trend,
+                lane: self.id,
             },
             None if !blind => Window {
                 pages: Vec::new(),
                 guess: Guess::Blind,
+                lane: self.id,
             },
             None => {
                 let start = page - page % self.depth as u64;
@@ -231,6 +245,7 @@ impl Stream {
                         .filter(|q| *q != page)
                         .collect(),
                     guess: Guess::Blind,
+                    lane: self.id,
                 }
             }
         }
@@ -307,6 +322,8 @@ pub struct Streams {
     max_depth: usize,
     streams: HashMap<StreamKey, Vec<Stream>>,
     clock: u64,
+    /// The id the next lane started gets.
+    next_lane: LaneId,
     /// Whether a window without a trend is asked for (the governor's say).
     pub blind: bool,
 }
@@ -395,6 +412,7 @@ impl Streams {
             max_depth,
             streams: HashMap::new(),
             clock: 0,
+            next_lane: 0,
             blind: true,
         }
     }
@@ -411,7 +429,7 @@ impl Streams {
                 self.streams.remove(&k);
             }
         }
-        let (max, now) = (self.max_depth, self.clock);
+        let (max, now, id) = (self.max_depth, self.clock, self.next_lane);
         let lanes = self.streams.entry(key).or_default();
         let near = lanes
             .iter()
@@ -423,7 +441,8 @@ impl Streams {
         let i = match near {
             Some(i) => i,
             None if lanes.len() < LANES => {
-                lanes.push(Stream::new(max));
+                self.next_lane += 1;
+                lanes.push(Stream::with_id(max, id));
                 lanes.len() - 1
             }
             None => {
@@ -432,7 +451,8 @@ impl Streams {
                     .enumerate()
                     .min_by_key(|(_, s)| s.last_used)
                     .unwrap();
-                lanes[i] = Stream::new(max);
+                self.next_lane += 1;
+                lanes[i] = Stream::with_id(max, id);
                 i
             }
         };
@@ -474,36 +494,40 @@ impl Streams {
     }
 
     /// Where stream `key` has got to, near page `first`, moving in direction `dir` (1 up,
-    /// -1 down, 0 either): the last page and trend of the lane within reach that has gone
-    /// farthest that way. A sequential thread's faults move to another lane when they come
-    /// nearer to its last page, leaving the old lane behind, so the nearest lane may not be it.
-    fn frontier(&self, key: StreamKey, first: u32, dir: i64) -> Option<(u64, i64)> {
+    /// -1 down, 0 either): the last page and trend of the lane that has gone farthest that way,
+    /// among the lanes within reach of `first` and `asker`, the lane that asked, wherever it
+    /// is. A sequential thread's faults move to another lane when they come nearer to its last
+    /// page, leaving the old lane behind, so the nearest lane may not be it; and a worker kept
+    /// off the cores reads a window after its lane has gone on by more than the reach.
+    fn frontier(&self, key: StreamKey, asker: LaneId, first: u32, dir: i64) -> Option<(u64, i64)> {
         self.streams
             .get(&key)?
             .iter()
-            .filter_map(|s| Some((s.det.last?, s.det.trend()?.signum())))
-            .filter(|&(last, d)| {
-                (dir == 0 || d == dir) && last.abs_diff(first as u64) <= LANE_REACH
+            .filter_map(|s| Some((s.id, s.det.last?, s.det.trend()?.signum())))
+            .filter(|&(id, last, d)| {
+                (dir == 0 || d == dir) && (id == asker || last.abs_diff(first as u64) <= LANE_REACH)
             })
+            .map(|(_, last, d)| (last, d))
             .max_by_key(|&(last, d)| (last as i64 - first as i64) * d)
     }
 
     /// Whether stream `key` has reached or gone past `page` along its trend, moving in
-    /// direction `dir` (see [`window_dir`]).
-    pub fn passed(&self, key: StreamKey, page: u32, dir: i64) -> bool {
-        self.frontier(key, page, dir)
+    /// direction `dir` (see [`window_dir`]), since lane `asker` asked for it.
+    pub fn passed(&self, key: StreamKey, asker: LaneId, page: u32, dir: i64) -> bool {
+        self.frontier(key, asker, page, dir)
             .is_some_and(|(last, d)| (page as i64 - last as i64) * d <= 0)
     }
 
-    /// Drops from a window of stream `key` (pages in stream order) those that the stream has
-    /// reached or gone past along its trend since it asked for it: a window the prefetch
-    /// worker gets to late would read pages its thread has used and left behind (pushed out
-    /// since), and keep a marker there that nobody touches.
-    pub fn drop_passed(&self, key: StreamKey, pages: &mut Vec<u32>) {
+    /// Drops from a window that lane `asker` of stream `key` asked for (pages in stream order)
+    /// those that the stream has reached or gone past along its trend since: a window the
+    /// prefetch worker gets to late would read pages its thread has used and left behind
+    /// (pushed out since), and keep a marker there that nobody touches (its pages counted as
+    /// awaited, which keeps the stream's next windows from reclaiming).
+    pub fn drop_passed(&self, key: StreamKey, asker: LaneId, pages: &mut Vec<u32>) {
         let Some(&first) = pages.first() else {
             return;
         };
-        if let Some((last, d)) = self.frontier(key, first, window_dir(pages)) {
+        if let Some((last, d)) = self.frontier(key, asker, first, window_dir(pages)) {
             pages.retain(|&q| (q as i64 - last as i64) * d > 0);
         }
     }
@@ -689,45 +713,86 @@ mod tests {
     #[test]
     fn a_window_reached_late_keeps_only_the_pages_ahead_of_its_stream() {
         let mut s = Streams::new(32);
-        for p in 100..=110 {
+        for p in 100..110 {
             s.on_demand(4, p, 1000);
         }
         // Asked for at page 110; the thread got on to page 115 before the worker got to it.
+        let lane = s.on_demand(4, 110, 1000).lane;
         let mut window: Vec<u32> = (111..127).collect();
         for p in 111..=115 {
             s.on_demand(4, p, 1000);
         }
-        s.drop_passed(4, &mut window);
+        s.drop_passed(4, lane, &mut window);
         assert_eq!(window, (116..127).collect::<Vec<u32>>());
         // Backwards, the same.
         for p in (500..520).rev() {
             s.on_demand(5, p, 1000);
         }
         let mut back = vec![499, 498, 497];
-        s.on_demand(5, 499, 1000);
-        s.drop_passed(5, &mut back);
+        let lane = s.on_demand(5, 499, 1000).lane;
+        s.drop_passed(5, lane, &mut back);
         assert_eq!(back, vec![498, 497]);
         // A thread's faults move to another lane when they come nearer to its last page: the
         // lane they leave behind does not decide.
         let mut s = Streams::new(32);
         s.on_demand(7, 2000, 4000);
         s.on_demand(7, 1400, 4000); // a lane of its own, 600 pages away
+        let mut lane = 0;
         for p in 800..=1500 {
-            s.on_demand(7, p, 4000); // from 1400 on, in the lane that had 1400
+            lane = s.on_demand(7, p, 4000).lane; // from 1400 on, in the lane that had 1400
         }
+        let left = s.on_demand(7, 2000, 4000).lane;
         let mut asked_at_1395: Vec<u32> = (1396..1428).collect();
-        s.drop_passed(7, &mut asked_at_1395);
+        s.drop_passed(7, left, &mut asked_at_1395);
         assert_eq!(asked_at_1395, Vec::<u32>::new());
         let mut ahead: Vec<u32> = (1490..1530).collect();
-        s.drop_passed(7, &mut ahead);
+        s.drop_passed(7, lane, &mut ahead);
         assert_eq!(ahead, (1501..1530).collect::<Vec<u32>>());
         // No trend, nothing to tell: the window is left as it is.
         for p in [7, 300, 40, 900] {
             s.on_demand(6, p, 1000);
         }
         let mut blind = vec![901, 902];
-        s.drop_passed(6, &mut blind);
+        let lane = s.on_demand(6, 900, 1000).lane;
+        s.drop_passed(6, lane, &mut blind);
         assert_eq!(blind, vec![901, 902]);
+    }
+
+    /// A prefetch worker kept off the cores gets to a window after its thread has gone on
+    /// farther than a lane reaches: the lane that asked still says it has passed, and no
+    /// other lane of the thread's (behind or far ahead) decides for it.
+    #[test]
+    fn a_window_its_lane_left_far_behind_is_dropped_whole() {
+        let mut s = Streams::new(32);
+        let mut asker = 0;
+        for p in 1000..=1300 {
+            asker = s.on_demand(3, p, 8000).lane;
+        }
+        let window: Vec<u32> = (1301..1333).collect();
+        for p in 1301..=1900 {
+            assert_eq!(s.on_demand(3, p, 8000).lane, asker, "one lane all along");
+        }
+        let mut late = window.clone();
+        s.drop_passed(3, asker, &mut late);
+        assert_eq!(late, Vec::<u32>::new(), "read 600 pages behind its thread");
+        assert!(s.passed(3, asker, window[16], 1));
+        // Another lane far ahead of a window does not count as having passed it: two scans
+        // of one thread, 3000 pages apart.
+        let mut s = Streams::new(32);
+        let mut low = 0;
+        for p in 0..40 {
+            low = s.on_demand(3, 100 + p, 8000).lane;
+            s.on_demand(3, 4000 + p, 8000);
+        }
+        let mut ahead: Vec<u32> = (140..172).collect();
+        s.drop_passed(3, low, &mut ahead);
+        assert_eq!(ahead, (140..172).collect::<Vec<u32>>());
+        // A lane started in place of the asker is not the asker.
+        let mut s = Streams::new(32);
+        let first = s.on_demand(2, 10, 100_000).lane;
+        for k in 1..=LANES as u64 {
+            assert_ne!(s.on_demand(2, 10 + k * 2 * LANE_REACH, 100_000).lane, first);
+        }
     }
 
     #[test]

@@ -818,7 +818,7 @@ fn a_sequential_scan_after_random_reads_is_read_ahead_with_the_budget_full() {
             // Each miss brings its trend's window with it; the window's marker brings the next.
             assert!(
                 faults * 8 < SCAN.len() as u64,
-                "{faults} remote faults scanning {} pages",
+                "{faults} remote faults scanning {} pages; its windows: {gc:?}",
                 SCAN.len()
             );
         });

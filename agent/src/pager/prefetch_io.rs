@@ -31,7 +31,7 @@ use super::page_table::{Claim, PageState};
 use super::reclaim::{Arrival, Reclaimer};
 use crate::model::ThreadClass;
 use crate::policy::{Admission, Source};
-use crate::prefetch::{window_dir, Governor, Guess, PrefetchCounters, StreamKey, Streams};
+use crate::prefetch::{window_dir, Governor, Guess, LaneId, PrefetchCounters, StreamKey, Streams};
 use crate::uffd::CopyOutcome;
 
 /// A window to fetch: pages in stream order. A window of a stream keeps a marker; a GC hint
@@ -39,6 +39,8 @@ use crate::uffd::CopyOutcome;
 struct Job {
     pages: Vec<u32>,
     stream: Option<StreamKey>,
+    /// The lane of `stream` that asked for the window.
+    lane: LaneId,
     class: ThreadClass,
     /// Why a window that is no stream's is read (counted apart).
     certain: Certain,
@@ -327,7 +329,7 @@ impl Prefetcher {
         };
         let bar = self.reclaim.pressure();
         let c = &pf.counters.by_class[class as usize];
-        let (guess, mut pages) = {
+        let (guess, lane, mut pages) = {
             let mut guard = pf.engine.lock().unwrap();
             let Engine { streams, governors } = &mut *guard;
             let governor = &mut governors[class as usize];
@@ -347,7 +349,7 @@ impl Prefetcher {
                 .filter(|&q| self.ctx.table.get(q as usize) == PageState::Remote)
                 .map(|q| q as u32)
                 .collect();
-            (window.guess, pages)
+            (window.guess, window.lane, pages)
         };
         if pages.is_empty() {
             return;
@@ -382,6 +384,7 @@ impl Prefetcher {
         let job = Job {
             pages,
             stream: Some(key),
+            lane,
             class,
             certain: Certain::Hint,
             guess,
@@ -480,6 +483,7 @@ impl Prefetcher {
             queue.push(Job {
                 pages: w.to_vec(),
                 stream: None,
+                lane: 0,
                 class,
                 certain,
                 guess: Guess::Trend,
@@ -551,7 +555,7 @@ impl Prefetcher {
                     // Got to late, a window reads none of the pages its thread has passed.
                     if let (Some(key), Guess::Trend) = (job.stream, job.guess) {
                         let engine = pf.engine.lock().unwrap();
-                        engine.streams.drop_passed(key, &mut job.pages);
+                        engine.streams.drop_passed(key, job.lane, &mut job.pages);
                     }
                     self.fetch_window(job, &mut buf, true);
                     counter.fetch_sub(n, Ordering::SeqCst);
@@ -640,7 +644,13 @@ impl Prefetcher {
         // machine): a marker there would never be touched, and would count as pages awaited.
         let dir = window_dir(&job.pages);
         if let (true, Some(key), Some(m)) = (queued, job.stream, marker) {
-            if pf.engine.lock().unwrap().streams.passed(key, m as u32, dir) {
+            if pf
+                .engine
+                .lock()
+                .unwrap()
+                .streams
+                .passed(key, job.lane, m as u32, dir)
+            {
                 marker = None;
             }
         }
