@@ -430,7 +430,8 @@ fn app_faults(pager: &memliner_agent::pager::Pager) -> u64 {
 /// A freed young region (eden, which G1 hands out again next) is left mapped, its written
 /// pages write-protected in the pause rather than discarded: reused, the first write unprotects
 /// the run after it with it (one fault, the bytes the JVM writes kept); pushed out unwritten,
-/// its pages are dropped without a write-back and read back as zeros, never fetched.
+/// its pages are dropped without a write-back and read back as zeros, never fetched. Such pages
+/// keep their place on the lists (see `release::Mapped::Protect`).
 #[test]
 fn a_freed_young_region_is_write_protected_reused_with_one_fault_and_evicted_unwritten() {
     let region = Region::new(PAGES);
@@ -497,19 +498,23 @@ fn a_freed_young_region_is_write_protected_reused_with_one_fault_and_evicted_unw
     let evicted_zero = c.evicted_zero.load(Ordering::SeqCst);
     let pages_written = c.pages_written.load(Ordering::SeqCst);
     let dropped = || c.evicted_zero.load(Ordering::SeqCst) - evicted_zero;
-    // Dead, they go before any live page: one pass over the rest pushes them all out (left
-    // where the write of their reuse had put them, one sat on the active list through rounds).
-    for p in hi..PAGES {
-        region.write(p, 7, 0x0710_0000 + p as u64);
+    // Two passes over the rest push out what probation holds. The page whose write reused
+    // the region took a reference with it and may have been promoted: it keeps its place on
+    // the active list (eden's pages are the hottest; with dead bytes it waits for its reuse).
+    for _ in 0..2 {
+        for p in hi..PAGES {
+            region.write(p, 7, 0x0710_0000 + p as u64);
+        }
+        pager.settle();
     }
-    pager.settle();
-    assert_eq!(
+    assert!(
+        dropped() >= (hi - lo - 1) as u64,
+        "{} of the {} protected pages dropped after two passes over the rest",
         dropped(),
-        (hi - lo) as u64,
-        "protected pages dropped after a pass over the rest"
+        hi - lo
     );
     assert!(
-        c.pages_written.load(Ordering::SeqCst) - pages_written <= (PAGES - hi) as u64,
+        c.pages_written.load(Ordering::SeqCst) - pages_written <= 2 * (PAGES - hi) as u64,
         "only the pages written since went to the store"
     );
     let remote = || {
@@ -517,9 +522,19 @@ fn a_freed_young_region_is_write_protected_reused_with_one_fault_and_evicted_unw
             .load(Ordering::SeqCst)
     };
     let before = remote();
-    for p in lo..hi {
-        assert_eq!(region.read(p, 9), 0, "page {p}, dead and evicted, is zeros");
-    }
+    // Dropped ones read zeros; one left mapped still holds its dead bytes; none is fetched.
+    let zeros = (lo..hi)
+        .filter(|&p| {
+            let v = region.read(p, 9);
+            assert!(v == 0 || v == 0x0de0_0000 + p as u64, "page {p}: {v:#x}");
+            v == 0
+        })
+        .count();
+    assert!(
+        zeros >= hi - lo - 1,
+        "{zeros} of the {} pages read back as zeros",
+        hi - lo
+    );
     assert_eq!(remote(), before, "no dead page fetched back");
     for p in hi..PAGES {
         assert_eq!(region.read(p, 7), 0x0710_0000 + p as u64, "page {p}");

@@ -47,14 +47,6 @@ pub(super) enum Mapped {
     /// evicts first without a write-back (a dirty page left as is would be written back as
     /// garbage and fetched again on reuse). For regions the JVM is about to reuse: freed
     /// young regions, which G1 hands out again as eden.
-    ///
-    /// A page left `CleanZero` loses the standing its old bytes earned on the lists (an
-    /// active page's place, a reference, its heat) and waits at the back of probation: left
-    /// where it was, a page of eden written once after its reuse sat on the active list with
-    /// dead bytes through any number of evictions. Not cold: the JVM writes most of a freed
-    /// region again before the reclaimer gets to it, and the run its first write unprotects
-    /// takes no reference of its own (made cold, Spark KMeans at 25% of 1 GiB evicted its
-    /// fresh eden first and wrote back 8.5x the pages).
     Protect,
 }
 
@@ -185,7 +177,6 @@ fn drop_pages(
         Mapped::Protect => s == PageState::CleanZero,
     };
     let mut written: Vec<Claim<'_>> = Vec::new();
-    let mut zeroed: Vec<Claim<'_>> = Vec::new();
     for p in pages {
         let wanted = |s: PageState| s != PageState::Untouched && !left_as_is(s);
         let Some(c) = ctx.table.claim_if(p, wanted) else {
@@ -206,7 +197,7 @@ fn drop_pages(
                 // pause copying into the region: `copy_destination`). A dirty page cannot be
                 // told from one the JVM writes after reusing it: it stays as is.
                 ctx.table.set_stored(p, false);
-                zeroed.push(c);
+                c.finish(PageState::CleanZero);
                 out.left_mapped += 1;
             } else {
                 mapped.push(c);
@@ -217,8 +208,7 @@ fn drop_pages(
         forget(parts, c);
         out.dropped += 1;
     }
-    zeroed.extend(protect(parts, written, out));
-    left_dead(parts, zeroed);
+    protect(parts, written, out);
     if mapped.is_empty() {
         return held;
     }
@@ -240,47 +230,32 @@ fn drop_pages(
     held
 }
 
-/// Leaves the claimed mapped pages `zeroed`, whose bytes are dead, `CleanZero` and without
-/// their standing on the lists (see [`Mapped::Protect`]); done while still claimed: a write
-/// reusing one waits for the claim, so its reference comes after and is not undone.
-fn left_dead(parts: &Parts, zeroed: Vec<Claim<'_>>) {
-    if zeroed.is_empty() {
-        return;
-    }
-    let pages: Vec<usize> = zeroed.iter().map(Claim::page).collect();
-    parts.reclaim.died(&pages);
-    for c in zeroed {
-        c.finish(PageState::CleanZero);
-    }
-}
-
-/// Write-protects the claimed dirty pages `written` (dead bytes), adding to `out`, and returns
-/// their claims for [`left_dead`] to leave `CleanZero`. Where the kernel refuses (an unread
-/// event is changing the mm) the claims drop and the pages stay dirty: correct, only not
-/// released.
-fn protect<'t>(parts: &Parts, written: Vec<Claim<'t>>, out: &mut Dropped) -> Vec<Claim<'t>> {
+/// Write-protects the claimed dirty pages `written` (dead bytes) and leaves them `CleanZero`,
+/// adding to `out`. Where the kernel refuses (an unread event is changing the mm) the claims
+/// drop and the pages stay dirty: correct, only not released.
+fn protect(parts: &Parts, written: Vec<Claim<'_>>, out: &mut Dropped) {
     if written.is_empty() {
-        return written;
+        return;
     }
     let ctx = &*parts.ctx;
     let pages: Vec<usize> = written.iter().map(Claim::page).collect();
     for (s, l) in os::runs(ctx.base, &pages) {
         match ctx.uffd.write_protect(s, l, true, false) {
             Ok(true) => {}
-            Ok(false) => return Vec::new(),
+            Ok(false) => return,
             Err(e) => {
                 crate::logging::log!(
                     crate::options::LogLevel::Warn,
                     "cannot write-protect released heap pages: {e}"
                 );
-                return Vec::new();
+                return;
             }
         }
     }
     out.left_mapped += written.len();
     out.protected += written.len();
-    for c in &written {
+    for c in written {
         ctx.table.set_stored(c.page(), false);
+        c.finish(PageState::CleanZero);
     }
-    written
 }

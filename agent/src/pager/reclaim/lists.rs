@@ -483,21 +483,6 @@ impl Lists {
         was_cold
     }
 
-    /// Mapped page `p`'s bytes died (its region was freed and it was left mapped): it loses
-    /// what its old bytes earned, an active page's place, a reference not yet seen, its heat,
-    /// and waits at the back of probation as a page just mapped does. Cold pages stay cold;
-    /// `false`: not on a mapped list.
-    pub fn died(&mut self, p: usize) -> bool {
-        match self.list_of(p) {
-            List::Probation | List::Active => {
-                self.push_back(List::Probation, p);
-                self.set_heat(p, 0);
-                true
-            }
-            List::None | List::Cold | List::Inactive => false,
-        }
-    }
-
     /// Makes mapped or inactive page `p` cold (a finished pause's pages): mapped ones join the
     /// cold list, inactive ones move to the inactive front. `false`: not on a list.
     pub fn make_cold(&mut self, p: usize) -> bool {
@@ -853,32 +838,6 @@ mod tests {
         assert_eq!(l.iter(List::Probation).collect::<Vec<_>>(), vec![3]);
         l.forget(3);
         assert_eq!(l.len(List::Probation), 0);
-    }
-
-    /// A page whose bytes died loses what they had earned: an active one, or one referenced
-    /// on probation, waits at the back of probation with no reference and no heat; a cold one
-    /// stays cold.
-    #[test]
-    fn a_page_whose_bytes_died_waits_at_the_back_of_probation() {
-        let mut l = Lists::new(16, 8);
-        for p in [1, 2, 3, 4] {
-            l.admit(p, Admit::Normal, false);
-        }
-        l.reactivated(1, true);
-        l.set_heat(1, MAX_HEAT);
-        l.referenced(2);
-        l.admit(5, Admit::Cold, false);
-        for p in [1, 2, 5] {
-            l.died(p);
-        }
-        assert_eq!(l.list_of(1), List::Probation);
-        assert_eq!(
-            l.iter(List::Probation).collect::<Vec<_>>(),
-            vec![3, 4, 1, 2]
-        );
-        assert!(!l.flag(2, REFERENCED) && l.heat(1) == 0);
-        assert_eq!(l.list_of(5), List::Cold);
-        assert!(!l.died(9), "on no list");
     }
 
     /// Pages that come in and go out again, each one eviction further on the clock.

@@ -516,15 +516,6 @@ impl Reclaimer {
         }
     }
 
-    /// Mapped pages `pages`, whose bytes are dead (released and left mapped), lose their
-    /// standing on the lists (see `Lists::died` and `release::Mapped::Protect`).
-    pub fn died(&self, pages: &[usize]) {
-        let mut l = self.lists();
-        for &p in pages {
-            l.died(p);
-        }
-    }
-
     /// Mapped page `p` was written for the first time since it was mapped write-protected
     /// (its claim holder calls): a reference the lists see without unmapping it. `promote`:
     /// the writer's touch counts (an application write of a cold page makes it hot; counted as
