@@ -154,7 +154,6 @@ struct CardTable {
     byte_map_base: usize,
     shift: u32,
     dirty: u8,
-    clean: u8,
     scanned: Scanned,
 }
 
@@ -164,13 +163,14 @@ enum Scanned {
     /// G1: the dirty ones (it merges its remembered sets into the card table as dirty cards
     /// when the pause starts).
     Dirty,
-    /// Serial (and Parallel): every card that is not clean (dirty, or left marked by the last
-    /// collection because its objects still point into the young generation).
-    NotClean,
+    /// Serial (and Parallel): every card that is not `clean` (dirty, or left marked by the
+    /// last collection because its objects still point into the young generation).
+    NotClean { clean: u8 },
 }
 
 impl CardTable {
-    fn find(vm: &VmStructs, scanned: Scanned) -> Result<CardTable, String> {
+    /// The table as G1 scans it (`Scanned::Dirty`).
+    fn find(vm: &VmStructs) -> Result<CardTable, String> {
         // JDK 17 exports the shift as a constant; JDK 18+ sizes cards by a flag.
         let shift = match vm.int_constant(&["CardTable::card_shift"]) {
             Ok(s) => s as u32,
@@ -188,12 +188,18 @@ impl CardTable {
             byte_map_base: vm.offset_of(&[("CardTable", "_byte_map_base")])?,
             shift,
             dirty: vm.int_constant(&["CardTable::dirty_card"])? as u8,
+            scanned: Scanned::Dirty,
+        })
+    }
+
+    /// The same table as Serial scans it (`Scanned::NotClean`).
+    fn not_clean(self, vm: &VmStructs) -> Result<CardTable, String> {
+        Ok(CardTable {
             // -1 as JDK 17's signed card byte, 255 as JDK 25's unsigned one: 0xff either way.
-            clean: match scanned {
-                Scanned::Dirty => vm.int_constant(&["CardTable::clean_card"]).unwrap_or(-1) as u8,
-                Scanned::NotClean => vm.int_constant(&["CardTable::clean_card"])? as u8,
+            scanned: Scanned::NotClean {
+                clean: vm.int_constant(&["CardTable::clean_card"])? as u8,
             },
-            scanned,
+            ..self
         })
     }
 
@@ -215,7 +221,7 @@ impl CardTable {
     fn scans(&self, value: u8) -> bool {
         match self.scanned {
             Scanned::Dirty => value == self.dirty,
-            Scanned::NotClean => value != self.clean,
+            Scanned::NotClean { clean } => value != clean,
         }
     }
 }
@@ -391,8 +397,8 @@ impl GcLayout {
             other => return Err(format!("no dead-space reader for the {other} collector")),
         };
         let cards = match collector {
-            "G1" => CardTable::find(vm, Scanned::Dirty).ok(),
-            "Serial" => CardTable::find(vm, Scanned::NotClean).ok(),
+            "G1" => CardTable::find(vm).ok(),
+            "Serial" => CardTable::find(vm).and_then(|t| t.not_clean(vm)).ok(),
             // Parallel's workers scan the old generation's cards in interleaved stripes; its
             // card pages read ahead made it slower (kv and graph at 25% of 1 GiB: 1.05x the
             // wall, paired; young-evacuation faults doubled as they pushed eden out).
@@ -841,7 +847,7 @@ mod tests {
             &[("CardTable::card_shift", 9), ("CardTable::dirty_card", 0)],
         );
         let mut l = GcLayout::find(&vm, "Parallel").unwrap();
-        l.cards = Some(CardTable::find(&vm, Scanned::Dirty).unwrap());
+        l.cards = Some(CardTable::find(&vm).unwrap());
         let spans = [
             RegionSpan {
                 start,
@@ -870,7 +876,7 @@ mod tests {
         // Serial scans every card not clean: the young card's page too; its cards are not held
         // one by one.
         l.cards = Some(CardTable {
-            scanned: Scanned::NotClean,
+            scanned: Scanned::NotClean { clean: 0xff },
             ..l.cards.unwrap()
         });
         out.clear();

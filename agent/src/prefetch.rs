@@ -151,6 +151,13 @@ pub struct Window {
 /// a new id, so a window asked for by the old one is never taken for the new one's.
 pub type LaneId = u64;
 
+/// Who asked for a window: a stream, and which of its lanes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Asker {
+    pub key: StreamKey,
+    pub lane: LaneId,
+}
+
 /// One prefetch stream: a detector and an adaptive depth.
 #[derive(Clone, Debug)]
 pub struct Stream {
@@ -499,35 +506,36 @@ impl Streams {
     /// is. A sequential thread's faults move to another lane when they come nearer to its last
     /// page, leaving the old lane behind, so the nearest lane may not be it; and a worker kept
     /// off the cores reads a window after its lane has gone on by more than the reach.
-    fn frontier(&self, key: StreamKey, asker: LaneId, first: u32, dir: i64) -> Option<(u64, i64)> {
+    fn frontier(&self, asker: Asker, first: u32, dir: i64) -> Option<(u64, i64)> {
         self.streams
-            .get(&key)?
+            .get(&asker.key)?
             .iter()
             .filter_map(|s| Some((s.id, s.det.last?, s.det.trend()?.signum())))
             .filter(|&(id, last, d)| {
-                (dir == 0 || d == dir) && (id == asker || last.abs_diff(first as u64) <= LANE_REACH)
+                (dir == 0 || d == dir)
+                    && (id == asker.lane || last.abs_diff(first as u64) <= LANE_REACH)
             })
             .map(|(_, last, d)| (last, d))
             .max_by_key(|&(last, d)| (last as i64 - first as i64) * d)
     }
 
-    /// Whether stream `key` has reached or gone past `page` along its trend, moving in
-    /// direction `dir` (see [`window_dir`]), since lane `asker` asked for it.
-    pub fn passed(&self, key: StreamKey, asker: LaneId, page: u32, dir: i64) -> bool {
-        self.frontier(key, asker, page, dir)
+    /// Whether `asker`'s stream has reached or gone past `page` along its trend, moving in
+    /// direction `dir` (see [`window_dir`]), since `asker` asked for it.
+    pub fn passed(&self, asker: Asker, page: u32, dir: i64) -> bool {
+        self.frontier(asker, page, dir)
             .is_some_and(|(last, d)| (page as i64 - last as i64) * d <= 0)
     }
 
-    /// Drops from a window that lane `asker` of stream `key` asked for (pages in stream order)
-    /// those that the stream has reached or gone past along its trend since: a window the
+    /// Drops from a window that `asker` asked for (pages in stream order) those that its
+    /// stream has reached or gone past along its trend since: a window the
     /// prefetch worker gets to late would read pages its thread has used and left behind
     /// (pushed out since), and keep a marker there that nobody touches (its pages counted as
     /// awaited, which keeps the stream's next windows from reclaiming).
-    pub fn drop_passed(&self, key: StreamKey, asker: LaneId, pages: &mut Vec<u32>) {
+    pub fn drop_passed(&self, asker: Asker, pages: &mut Vec<u32>) {
         let Some(&first) = pages.first() else {
             return;
         };
-        if let Some((last, d)) = self.frontier(key, asker, first, window_dir(pages)) {
+        if let Some((last, d)) = self.frontier(asker, first, window_dir(pages)) {
             pages.retain(|&q| (q as i64 - last as i64) * d > 0);
         }
     }
@@ -722,7 +730,7 @@ mod tests {
         for p in 111..=115 {
             s.on_demand(4, p, 1000);
         }
-        s.drop_passed(4, lane, &mut window);
+        s.drop_passed(Asker { key: 4, lane }, &mut window);
         assert_eq!(window, (116..127).collect::<Vec<u32>>());
         // Backwards, the same.
         for p in (500..520).rev() {
@@ -730,7 +738,7 @@ mod tests {
         }
         let mut back = vec![499, 498, 497];
         let lane = s.on_demand(5, 499, 1000).lane;
-        s.drop_passed(5, lane, &mut back);
+        s.drop_passed(Asker { key: 5, lane }, &mut back);
         assert_eq!(back, vec![498, 497]);
         // A thread's faults move to another lane when they come nearer to its last page: the
         // lane they leave behind does not decide.
@@ -743,10 +751,10 @@ mod tests {
         }
         let left = s.on_demand(7, 2000, 4000).lane;
         let mut asked_at_1395: Vec<u32> = (1396..1428).collect();
-        s.drop_passed(7, left, &mut asked_at_1395);
+        s.drop_passed(Asker { key: 7, lane: left }, &mut asked_at_1395);
         assert_eq!(asked_at_1395, Vec::<u32>::new());
         let mut ahead: Vec<u32> = (1490..1530).collect();
-        s.drop_passed(7, lane, &mut ahead);
+        s.drop_passed(Asker { key: 7, lane }, &mut ahead);
         assert_eq!(ahead, (1501..1530).collect::<Vec<u32>>());
         // No trend, nothing to tell: the window is left as it is.
         for p in [7, 300, 40, 900] {
@@ -754,7 +762,7 @@ mod tests {
         }
         let mut blind = vec![901, 902];
         let lane = s.on_demand(6, 900, 1000).lane;
-        s.drop_passed(6, lane, &mut blind);
+        s.drop_passed(Asker { key: 6, lane }, &mut blind);
         assert_eq!(blind, vec![901, 902]);
     }
 
@@ -773,9 +781,22 @@ mod tests {
             assert_eq!(s.on_demand(3, p, 8000).lane, asker, "one lane all along");
         }
         let mut late = window.clone();
-        s.drop_passed(3, asker, &mut late);
+        s.drop_passed(
+            Asker {
+                key: 3,
+                lane: asker,
+            },
+            &mut late,
+        );
         assert_eq!(late, Vec::<u32>::new(), "read 600 pages behind its thread");
-        assert!(s.passed(3, asker, window[16], 1));
+        assert!(s.passed(
+            Asker {
+                key: 3,
+                lane: asker
+            },
+            window[16],
+            1
+        ));
         // Another lane far ahead of a window does not count as having passed it: two scans
         // of one thread, 3000 pages apart.
         let mut s = Streams::new(32);
@@ -785,7 +806,7 @@ mod tests {
             s.on_demand(3, 4000 + p, 8000);
         }
         let mut ahead: Vec<u32> = (140..172).collect();
-        s.drop_passed(3, low, &mut ahead);
+        s.drop_passed(Asker { key: 3, lane: low }, &mut ahead);
         assert_eq!(ahead, (140..172).collect::<Vec<u32>>());
         // A lane started in place of the asker is not the asker.
         let mut s = Streams::new(32);

@@ -125,13 +125,10 @@ pub fn plan(found: Found, budget: Budget, fit: bool) -> Plan {
             }
         }
         Layout::Generational { max_bytes } => {
-            let budget_bytes = match budget {
-                Budget::Percent(p) => (heap as f64 * p / 100.0) as u64,
-                Budget::Bytes(b) => b,
-            };
             // Aligned as HotSpot would, and never below one alignment (HotSpot raises a
             // young generation too small for eden and two survivors itself).
-            let target = (share(budget_bytes) / GEN_ALIGNMENT * GEN_ALIGNMENT).max(GEN_ALIGNMENT);
+            let target =
+                (share(budget.bytes(heap)) / GEN_ALIGNMENT * GEN_ALIGNMENT).max(GEN_ALIGNMENT);
             if target >= max_bytes {
                 return keep(YoungSizing::Roomy);
             }

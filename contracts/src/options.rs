@@ -37,13 +37,17 @@ pub enum Budget {
 }
 
 impl Budget {
-    /// Budget in pages for a heap of `heap_bytes`.
-    pub fn pages(self, heap_bytes: usize, page: usize) -> usize {
-        let bytes = match self {
+    /// Budget in bytes for a heap of `heap_bytes` (a size is taken as it is, even above it).
+    pub fn bytes(self, heap_bytes: u64) -> u64 {
+        match self {
             Budget::Percent(p) => (heap_bytes as f64 * p / 100.0) as u64,
             Budget::Bytes(b) => b,
-        };
-        (bytes as usize / page).min(heap_bytes / page)
+        }
+    }
+
+    /// Budget in pages for a heap of `heap_bytes`.
+    pub fn pages(self, heap_bytes: usize, page: usize) -> usize {
+        (self.bytes(heap_bytes as u64) as usize / page).min(heap_bytes / page)
     }
 }
 

@@ -31,16 +31,15 @@ use super::page_table::{Claim, PageState};
 use super::reclaim::{Arrival, Reclaimer};
 use crate::model::ThreadClass;
 use crate::policy::{Admission, Source};
-use crate::prefetch::{window_dir, Governor, Guess, LaneId, PrefetchCounters, StreamKey, Streams};
+use crate::prefetch::{window_dir, Asker, Governor, Guess, PrefetchCounters, StreamKey, Streams};
 use crate::uffd::CopyOutcome;
 
 /// A window to fetch: pages in stream order. A window of a stream keeps a marker; a GC hint
 /// (`stream: None`) maps all its pages, since the collector reads them whatever happens.
 struct Job {
     pages: Vec<u32>,
-    stream: Option<StreamKey>,
-    /// The lane of `stream` that asked for the window.
-    lane: LaneId,
+    /// The stream (and its lane) that asked for the window.
+    stream: Option<Asker>,
     class: ThreadClass,
     /// Why a window that is no stream's is read (counted apart).
     certain: Certain,
@@ -383,8 +382,7 @@ impl Prefetcher {
         let inline = inline.filter(|_| !hit && may_reclaim);
         let job = Job {
             pages,
-            stream: Some(key),
-            lane,
+            stream: Some(Asker { key, lane }),
             class,
             certain: Certain::Hint,
             guess,
@@ -483,7 +481,6 @@ impl Prefetcher {
             queue.push(Job {
                 pages: w.to_vec(),
                 stream: None,
-                lane: 0,
                 class,
                 certain,
                 guess: Guess::Trend,
@@ -553,9 +550,9 @@ impl Prefetcher {
                         None => pf.certain_cap(job.certain).0,
                     };
                     // Got to late, a window reads none of the pages its thread has passed.
-                    if let (Some(key), Guess::Trend) = (job.stream, job.guess) {
+                    if let (Some(asker), Guess::Trend) = (job.stream, job.guess) {
                         let engine = pf.engine.lock().unwrap();
-                        engine.streams.drop_passed(key, job.lane, &mut job.pages);
+                        engine.streams.drop_passed(asker, &mut job.pages);
                     }
                     self.fetch_window(job, &mut buf, true);
                     counter.fetch_sub(n, Ordering::SeqCst);
@@ -643,13 +640,13 @@ impl Prefetcher {
         // Its thread may have got past the marker meanwhile (the worker preempted on a busy
         // machine): a marker there would never be touched, and would count as pages awaited.
         let dir = window_dir(&job.pages);
-        if let (true, Some(key), Some(m)) = (queued, job.stream, marker) {
+        if let (true, Some(asker), Some(m)) = (queued, job.stream, marker) {
             if pf
                 .engine
                 .lock()
                 .unwrap()
                 .streams
-                .passed(key, job.lane, m as u32, dir)
+                .passed(asker, m as u32, dir)
             {
                 marker = None;
             }
@@ -737,7 +734,7 @@ impl Prefetcher {
             }
         }
         let c = &pf.counters.by_class[job.class as usize];
-        let (Some(marker), Some(stream)) = (marker, job.stream) else {
+        let (Some(marker), Some(asker)) = (marker, job.stream) else {
             // A hint, or a window its thread got into before it was read: every page mapped,
             // none kept back.
             if job.stream.is_none() {
@@ -760,7 +757,7 @@ impl Prefetcher {
                 marker as u32,
                 Marker {
                     data,
-                    stream,
+                    stream: asker.key,
                     class: job.class,
                     guess: job.guess,
                     window: (pages.len() - gone) as u32,
