@@ -414,8 +414,10 @@ fn pages_a_patched_collector_hints_are_fetched_cold_before_it_reads_them() {
     }
 }
 
+/// A refinement pass's thread reads the pages it names before the call returns, so that the
+/// pass finds them local: queued for a prefetch worker, the pass got to most of them first.
 #[test]
-fn pages_a_refinement_pass_names_are_read_in_its_order_before_it_reads_them() {
+fn pages_a_refinement_pass_names_are_read_by_its_thread_before_it_starts() {
     let (region, classes, pager) = written(1024, 128);
     let map = residency(&pager, region.pages);
     let named: Vec<usize> = (600..616).rev().filter(|&p| map[p] != 0).collect();
@@ -423,19 +425,8 @@ fn pages_a_refinement_pass_names_are_read_in_its_order_before_it_reads_them() {
     // Page addresses, highest first as G1 refines a buffer's cards, plus one outside the heap.
     let mut addrs: Vec<usize> = named.iter().map(|&p| region.base + p * 4096).collect();
     addrs.push(region.base + region.pages * 4096);
-    pager.will_refine(&addrs);
     let counters = pager.prefetch_counters().unwrap();
     let reads = &counters.refine_reads;
-    wait_until(
-        || reads.fetched.load(Ordering::SeqCst) >= 16,
-        || format!("named pages not read: {reads:?}"),
-    );
-    assert_eq!(reads.dropped.load(Ordering::SeqCst), 0);
-    assert_eq!(
-        counters.hints.requests.load(Ordering::SeqCst),
-        0,
-        "counted as marking's hints"
-    );
     let remote = || -> u64 {
         ThreadClass::ALL
             .iter()
@@ -446,18 +437,31 @@ fn pages_a_refinement_pass_names_are_read_in_its_order_before_it_reads_them() {
             .sum()
     };
     let remote_before = remote();
-    // The refinement thread reads them: local, with the right bytes.
+    // The refinement thread names its pages, then reads them: local, with the right bytes.
     std::thread::scope(|sc| {
         sc.spawn(|| {
             classes.become_gc();
+            pager.will_refine(&addrs);
+            let still_remote: Vec<usize> = named.iter().copied().filter(|&p| map[p] != 0).collect();
+            assert!(
+                still_remote.is_empty(),
+                "remote after the call: {still_remote:?}"
+            );
             for &p in &named {
                 assert_eq!(region.read(p, 0), pattern(p, 0, 1));
             }
         });
     });
+    assert_eq!(reads.fetched.load(Ordering::SeqCst), 16, "{reads:?}");
+    assert_eq!(reads.dropped.load(Ordering::SeqCst), 0);
     assert_eq!(remote(), remote_before, "a named page faulted remotely");
+    assert_eq!(
+        counters.hints.requests.load(Ordering::SeqCst),
+        0,
+        "counted as marking's hints"
+    );
     // A pass over the cap (32 pages at this budget): the pages it reads first are read, in
-    // its order, the rest left to its faults. The lowest half stays remote: it was dropped.
+    // its order, the rest left to its faults. The lowest half stays remote.
     let over: Vec<usize> = (700..800).rev().filter(|&p| map[p] != 0).take(64).collect();
     assert_eq!(over.len(), 64);
     let (f0, d0) = (
@@ -466,14 +470,12 @@ fn pages_a_refinement_pass_names_are_read_in_its_order_before_it_reads_them() {
     );
     let addrs: Vec<usize> = over.iter().map(|&p| region.base + p * 4096).collect();
     pager.will_refine(&addrs);
-    wait_until(
-        || {
-            reads.fetched.load(Ordering::SeqCst) - f0 + reads.dropped.load(Ordering::SeqCst) - d0
-                >= 64
-        },
-        || format!("pass neither read nor dropped: {reads:?}"),
-    );
     assert_eq!(reads.fetched.load(Ordering::SeqCst) - f0, 32, "{reads:?}");
+    assert_eq!(reads.dropped.load(Ordering::SeqCst) - d0, 32, "{reads:?}");
+    assert!(
+        over[..32].iter().all(|&p| map[p] == 0),
+        "a page within the cap in the pass's order stayed remote"
+    );
     assert!(
         over[32..].iter().all(|&p| map[p] != 0),
         "a page past the cap in the pass's order was read"

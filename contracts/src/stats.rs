@@ -558,8 +558,9 @@ pub struct GcDoc {
     pub card_read_pages: u64,
     #[serde(default)]
     pub card_read_dropped: u64,
-    /// Pages read ahead of refinement passes (a GC-hook patched G1 names the cards each pass
-    /// is about to refine), and those left to the passes' own faults.
+    /// Pages read for refinement passes before they start (a GC-hook patched G1 names the
+    /// cards each pass is about to refine; its thread reads them), and those left to the
+    /// passes' own faults.
     #[serde(default)]
     pub refine_read_pages: u64,
     #[serde(default)]

@@ -503,10 +503,11 @@ impl Pager {
     /// A patched G1 is about to refine the cards on the pages at `addrs`, in this order.
     /// Refinement cleans a buffer's cards before it reads them, so the reclaimer no longer
     /// holds their pages (`card_hold`), and those it held at the inactive front go out before
-    /// their turn: the inactive ones move to the back, the remote ones are read ahead of the
-    /// pass in its order, before other windows. Without this the pass faulted on them one at
-    /// a time (graph at 25% of 1 GiB, hooks on: 200k faults, half the GC threads'). Addresses
-    /// outside the heap are ignored. Never blocks.
+    /// their turn: the inactive ones move to the back, the remote ones are read now, by the
+    /// caller (the pass's thread), in one request. Without this the pass faulted on them one
+    /// at a time (graph at 25% of 1 GiB, hooks on: 200k faults, half the GC threads').
+    /// Addresses outside the heap are ignored. Blocks for that one read, as the pass's first
+    /// fault would have.
     pub fn will_refine(&self, addrs: &[usize]) {
         let mut pages = self.heap_pages(addrs);
         self.parts.reclaim.will_refine(&pages);
