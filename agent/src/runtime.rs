@@ -468,10 +468,14 @@ fn start_paging(rt: &'static Runtime) -> Result<(), String> {
         let cards = rt.layout.get().and_then(|l| unsafe { l.pending_cards() });
         match cards {
             Some(c) if fixed_heap => {
+                let end = rt.heap.get().map_or(0, |h| h.base + h.bytes);
                 p.set_pending_cards(
                     // SAFETY: the reclaimer asks about pages of the paged heap only, all of it
-                    // committed (and its cards with it) for the VM's life: -Xms equals -Xmx.
-                    Box::new(move |page| unsafe { c.page_is_pending(page) }),
+                    // committed (and its cards with it) for the VM's life: -Xms equals -Xmx;
+                    // the next page's card only when that page is in the heap too.
+                    Box::new(move |page| unsafe {
+                        c.page_is_pending(page, page + swap_backend::PAGE_SIZE < end)
+                    }),
                     rt.options.holds_cards(),
                 );
             }

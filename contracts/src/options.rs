@@ -431,7 +431,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         key: "card_hold",
         flag: flag("card-hold", "on|off"),
         field: card_hold,
-        values: "`on`: under `memliner` on G1 with `-Xms` equal to `-Xmx`, a page holding a dirty card (an old object the application wrote, or one a pause left pointing into young regions), which a refinement thread or the next pause will scan, is kept local up to a second longer before it is evicted, and when a pause ends the remote pages of the dirty cards it left are read in bulk for the refinement threads; with a GC-hook patched G1, the pages of the cards a refinement pass has just cleaned are kept and read ahead of it; `off`: such pages are evicted like any other (and counted)",
+        values: "`on`: under `memliner` on G1 with `-Xms` equal to `-Xmx`, a page holding a dirty card (an old object the application wrote, or one a pause left pointing into young regions), which a refinement thread or the next pause will scan, or the page before a dirty card that starts a page (where the object crossing into it begins), is kept local up to a second longer before it is evicted, and when a pause ends the remote pages of the dirty cards it left are read in bulk for the refinement threads; with a GC-hook patched G1, the pages of the cards a refinement pass has just cleaned are kept, and the remote ones read by the pass's thread before it starts; `off`: such pages are evicted like any other (and counted)",
         default: "`on`",
     },
     choice_option! {
