@@ -1,6 +1,5 @@
 //! A stop-the-world pause's pages read in bulk, ahead of its threads: when it starts, the
-//! remote pages of its young regions (it evacuates them; their local pages are kept from its
-//! own evictions); while it scans old regions' cards,
+//! remote pages of its young regions (it evacuates them); while it scans old regions' cards,
 //! the remote pages of the dirty cards just ahead of where it faults, and, where they all fit
 //! in the pause's share of the prefetch, every card's it is about to scan (the collector
 //! merged its remembered sets into the card table just before). The lists come from the
@@ -75,15 +74,8 @@ impl PauseReads {
         let _ = self.cards.set((r, order));
     }
 
-    /// A pause starts (`read`: its pages are to be read in bulk): its young regions' local
-    /// pages get a reference each and their remote pages are queued; returns how many.
-    ///
-    /// The pause evacuates its young regions, reading every live object there, while it fills
-    /// copy destinations and reads cards: the budget is full, and eden's pages, written once
-    /// when allocated and not since, were the oldest on probation, the next to go. Measured on
-    /// a key-value cache at 25% of 1 GiB: 87k of the pause's 87k young-region faults were on
-    /// pages it had pushed out itself; with a reference each at its start, 104k such faults
-    /// became 18k (graph: 63k, 33k), walls 0.99 and 0.93 paired.
+    /// A pause starts (`read`: its pages are to be read in bulk): queues its young regions'
+    /// remote pages; returns how many.
     pub fn started(&self, p: &Using<'_>, regions: &RegionMap, read: bool) -> usize {
         self.scanned_ahead.clear();
         self.cards_done.store(!read, Ordering::SeqCst);
@@ -91,12 +83,13 @@ impl PauseReads {
         if !read {
             return 0;
         }
-        let young: Vec<usize> = regions
-            .of_kind(RegionKind::Young)
-            .flat_map(|s| pages_of(p, s))
-            .collect();
-        keep_local(p, &young);
-        queue(p, young.into_iter(), Prefetcher::read_for_pause)
+        queue(
+            p,
+            regions
+                .of_kind(RegionKind::Young)
+                .flat_map(|s| pages_of(p, s)),
+            Prefetcher::read_for_pause,
+        )
     }
 
     /// The collector named `addrs` as pages the pause under way will read (a patched G1's
@@ -211,7 +204,7 @@ impl PauseReads {
 }
 
 /// The mapped ones of `pages`, which the pause under way will read, get a reference each, so
-/// that its own faults and copies push out other pages first.
+/// that its own faults push out other pages first.
 fn keep_local(p: &Using<'_>, pages: &[usize]) {
     let local: Vec<usize> = pages
         .iter()
