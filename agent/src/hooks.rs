@@ -21,11 +21,11 @@ use memliner_contracts::stats::GcHooksDoc;
 static PAGER: OnceLock<&'static Pager> = OnceLock::new();
 static VIEW: OnceLock<HeapView> = OnceLock::new();
 
-/// Whether the pages a refinement pass names are kept and read ahead of it (`card_hold`).
+/// Whether the pages a refinement pass names are kept and read before it starts (`card_hold`).
 static REFINE_AHEAD: AtomicBool = AtomicBool::new(false);
 
 /// Connects the hooks to the pager once the heap is paged; `refine_ahead`: the pages of the
-/// cards a refinement pass names are kept and read ahead of it.
+/// cards a refinement pass names are kept and read before it starts.
 pub fn attach(pager: &'static Pager, refine_ahead: bool) {
     REFINE_AHEAD.store(refine_ahead, Ordering::Relaxed);
     let _ = VIEW.set(HeapView {

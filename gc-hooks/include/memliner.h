@@ -67,8 +67,9 @@ typedef struct memliner_hooks {
   void (*release)(uintptr_t start, size_t len);
   /* offset 48: a refinement pass (G1's refinement threads, or an application thread refining)
    * is about to read the cards on these pages, in this order (each page once): the agent
-   * reads the remote ones ahead of it, in the same order. Never blocks; pages the agent cannot
-   * take are left to the pass's own faults. */
+   * reads the remote ones in the calling thread, in one request, before it returns (blocking
+   * for that read, as the pass's first fault would); pages the agent cannot take are left to
+   * the pass's own faults. */
   void (*refine)(const uintptr_t *pages, size_t n);
 } memliner_hooks;
 

@@ -65,7 +65,8 @@ pub struct Hooks {
     /// written. Called before the range is reused; returns when the pages are dropped.
     pub release: extern "C" fn(start: usize, len: usize),
     /// A refinement pass is about to read the cards on these pages, in this order (each page
-    /// once): the remote ones are read ahead of it, in that order.
+    /// once): the remote ones are read in the calling thread, in one request, before it
+    /// returns (blocking for that read, as the pass's first fault would).
     pub refine: extern "C" fn(pages: *const usize, n: usize),
 }
 
