@@ -537,6 +537,68 @@ fn pages_read_for_a_pause_never_undo_a_write() {
     );
 }
 
+/// A pause holds its young regions' local pages out of its own evictions: it fills copy
+/// destinations with the budget full, and eden's pages, written once and not since, would be
+/// the next to go, just before the pause reads them.
+#[test]
+fn a_pause_keeps_its_young_regions_local_pages_while_it_copies() {
+    use memliner_agent::gc_activity::{RegionKind, RegionMap, RegionSpan};
+    let region = Region::new(1024);
+    let classes = Classes::default();
+    let pager = start(&region, 128, memliner(), classes.clone());
+    let (young, old, free) = (0..48, 48..512, 512..1024);
+    // The old generation fills the budget and mostly goes remote; then the application
+    // allocates in eden: local, on probation behind the old pages still local.
+    for p in old.clone() {
+        region.write(p, 0, pattern(p, 0, 1));
+    }
+    pager.settle();
+    for p in young.clone() {
+        region.write(p, 0, pattern(p, 0, 1));
+    }
+    let map = residency(&pager, region.pages);
+    assert!(young.clone().all(|p| map[p] == 0), "eden starts local");
+    let span = |r: &std::ops::Range<usize>, kind| RegionSpan {
+        start: region.base + r.start * 4096,
+        end: region.base + r.end * 4096,
+        kind,
+    };
+    let regions = RegionMap::new(vec![
+        span(&young, RegionKind::Young),
+        span(&old, RegionKind::Old),
+        span(&free, RegionKind::Free),
+    ]);
+    // Fetched back, or mapped back from the reclaimer's keeping.
+    let gc_remote = || {
+        let f = &pager.counters().faults[ThreadClass::Gc as usize];
+        f[FaultKind::Remote as usize].load(Ordering::SeqCst)
+            + f[FaultKind::Reactivate as usize].load(Ordering::SeqCst)
+    };
+    pager.gc_pause_started(regions, true);
+    let before = gc_remote();
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            classes.join_as(ThreadClass::Gc);
+            // Copies into free regions, twice the budget: every one of them pushes a page out.
+            for p in free.clone().take(256) {
+                region.write(p, 0, pattern(p, 0, 2));
+            }
+            // Then the pause reads what it evacuates, in no order a stream would foresee.
+            for i in young.clone() {
+                let p = young.start + i * 17 % young.len();
+                assert_eq!(region.read(p, 0), pattern(p, 0, 1), "page {p}");
+            }
+        });
+    });
+    let faults = gc_remote() - before;
+    pager.gc_pause_finished(None, Default::default());
+    assert!(
+        faults < 8,
+        "the pause fetched back {faults} of eden's {} pages it had pushed out",
+        young.len()
+    );
+}
+
 /// The spans each call of a card reader was asked about.
 type Asked = Arc<Mutex<Vec<Vec<memliner_agent::gc_activity::RegionSpan>>>>;
 

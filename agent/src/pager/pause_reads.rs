@@ -74,8 +74,9 @@ impl PauseReads {
         let _ = self.cards.set((r, order));
     }
 
-    /// A pause starts (`read`: its pages are to be read in bulk): queues its young regions'
-    /// remote pages; returns how many.
+    /// A pause starts (`read`: its pages are to be read in bulk): its young regions' local
+    /// pages are held for it (it evacuates them, reading every live object, while its copies
+    /// push pages out) and their remote pages queued; returns how many were queued.
     pub fn started(&self, p: &Using<'_>, regions: &RegionMap, read: bool) -> usize {
         self.scanned_ahead.clear();
         self.cards_done.store(!read, Ordering::SeqCst);
@@ -83,13 +84,13 @@ impl PauseReads {
         if !read {
             return 0;
         }
-        queue(
-            p,
+        let young = || {
             regions
                 .of_kind(RegionKind::Young)
-                .flat_map(|s| pages_of(p, s)),
-            Prefetcher::read_for_pause,
-        )
+                .flat_map(|s| pages_of(p, s))
+        };
+        p.reclaim.hold_for_pause(young());
+        queue(p, young(), Prefetcher::read_for_pause)
     }
 
     /// The collector named `addrs` as pages the pause under way will read (a patched G1's
@@ -98,8 +99,8 @@ impl PauseReads {
     /// it faults in there are held until it ends, as its young regions' are (it reads an
     /// object it copied again for every reference to it; admitted cold, as a card's page is,
     /// they went out and came back over and over: graph at 25% of 256 MiB, 144k faults on
-    /// 10k pages). The local ones are kept from eviction until the pause has read them, the
-    /// remote ones read in bulk for the pause. False, with nothing done, when no pause is
+    /// 10k pages). The local ones are held for the pause, out of its own evictions, as its
+    /// young regions' are; the remote ones read in bulk for it. False, with nothing done, when no pause is
     /// under way: the addresses are then a marking hint.
     pub fn named(&self, p: &Using<'_>, addrs: &[usize]) -> bool {
         if !p.attribution.collecting(addrs) {
@@ -107,7 +108,7 @@ impl PauseReads {
         }
         if self.reading.load(Ordering::Relaxed) {
             let pages: Vec<usize> = addrs.iter().filter_map(|&a| p.ctx.page_of(a)).collect();
-            keep_local(p, &pages);
+            p.reclaim.hold_for_pause(pages.iter().copied());
             queue(p, pages.into_iter(), Prefetcher::read_for_pause);
         }
         true

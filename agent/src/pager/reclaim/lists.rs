@@ -65,6 +65,10 @@ pub enum List {
     Probation = 2,
     Active = 3,
     Inactive = 4,
+    /// Mapped pages a stop-the-world pause under way will read (its young regions'): out of
+    /// the walks that choose pages to unmap until it ends, then back on the list they left
+    /// (see [`Lists::hold_for_pause`]).
+    Paused = 5,
 }
 
 impl List {
@@ -85,8 +89,8 @@ pub enum Admit {
     ColdUnlessReread,
     /// A speculative page (prefetched, filled ahead): probation, never active on arrival.
     Speculative,
-    /// A page a pause under way needs again (its young regions'): active until the pause ends
-    /// and makes it cold.
+    /// A page a pause under way needs again (its young regions'): held for the pause
+    /// ([`List::Paused`], as if it came from the active list) until it ends and makes it cold.
     Held,
 }
 
@@ -198,7 +202,9 @@ pub struct Lists {
     /// When a page was first held on its list (ms on the caller's clock, 0: not held): reset
     /// when it is unmapped and when it leaves.
     held_since: Box<[u32]>,
-    ends: [Ends; 4],
+    /// The list a page on [`List::Paused`] came from, which it goes back to.
+    paused_from: Box<[u8]>,
+    ends: [Ends; 5],
     /// Pages that left the (kernel's) inactive list: evictions and activations.
     clock: u64,
     budget: usize,
@@ -242,7 +248,7 @@ const REFERENCED: u8 = 1 << 3;
 const COLD: u8 = 1 << 4;
 const HEAT_SHIFT: u8 = 5;
 const HEAT: u8 = 0b11 << HEAT_SHIFT;
-const _: () = assert!(MAX_HEAT << HEAT_SHIFT & !HEAT == 0 && List::Inactive as u8 & !ON == 0);
+const _: () = assert!(MAX_HEAT << HEAT_SHIFT & !HEAT == 0 && List::Paused as u8 & !ON == 0);
 
 /// A page's heat after it refaulted `distance` clock ticks after its eviction. User space sees
 /// no read of a mapped page, so a page read often and never written passes through the lists
@@ -269,11 +275,12 @@ impl Lists {
             flags: vec![List::None as u8; npages].into(),
             shadow: vec![0; npages].into(),
             held_since: vec![0; npages].into(),
+            paused_from: vec![List::None as u8; npages].into(),
             ends: [Ends {
                 head: NIL,
                 tail: NIL,
                 len: 0,
-            }; 4],
+            }; 5],
             clock: 1,
             budget: budget_pages.max(1),
             ratio: inactive_ratio(budget_pages),
@@ -413,7 +420,10 @@ impl Lists {
                 self.push_back(List::Probation, p)
             }
             (Admit::Cold | Admit::ColdUnlessReread, _) => self.push_back(List::Cold, p),
-            (Admit::Held, _) => self.push_back(List::Active, p),
+            (Admit::Held, _) => {
+                self.push_back(List::Active, p);
+                self.hold_for_pause(p);
+            }
             (Admit::Normal, Refault::Workingset { .. }) => {
                 self.clock += 1;
                 self.push_back(List::Active, p)
@@ -447,7 +457,7 @@ impl Lists {
     /// their front, where they are activated instead of sampled; cold pages are promoted.
     pub fn referenced(&mut self, p: usize) {
         match self.list_of(p) {
-            List::Probation | List::Active => self.set_flag(p, REFERENCED, true),
+            List::Probation | List::Active | List::Paused => self.set_flag(p, REFERENCED, true),
             List::Cold => self.push_back(List::Probation, p),
             _ => {}
         }
@@ -493,11 +503,53 @@ impl Lists {
                 self.set_flag(p, COLD, true);
                 true
             }
-            List::Probation | List::Active => {
+            List::Probation | List::Active | List::Paused => {
                 self.push_back(List::Cold, p);
                 true
             }
         }
+    }
+
+    /// A stop-the-world pause is about to read mapped page `p` (one of its young regions'):
+    /// it leaves probation or the active list for [`List::Paused`], which the walks that pick
+    /// pages to unmap pass over while they find others, and goes back to the front of the list
+    /// it came from, its flags as they were, when the pause ends ([`Lists::pause_ended`]).
+    /// The pause copies live objects into fresh pages with the budget full: without this the
+    /// pages it pushed out were eden's, written once when allocated and not since, the oldest
+    /// on probation, and it read them back (kv at 25% of 1 GiB: 87k of its 87k young-region
+    /// faults). A list of their own: skipping them where they lie cost the walks (kv faster,
+    /// graph and index 5% slower). `false`: not on a mapped list it takes pages from.
+    pub fn hold_for_pause(&mut self, p: usize) -> bool {
+        let from = self.list_of(p);
+        if !matches!(from, List::Probation | List::Active) {
+            return false;
+        }
+        let kept = self.flags[p] & (REFERENCED | COLD);
+        self.push_back(List::Paused, p);
+        self.flags[p] |= kept;
+        self.paused_from[p] = from as u8;
+        true
+    }
+
+    /// The pause ended: its held pages go back to the fronts of the lists they came from, in
+    /// their order. They had waited there from before the pause, longer than the pages the
+    /// pause brought in, and they are mostly dead now (its young regions are free): at the
+    /// backs, the old generation's pages went out before them (an ordered index at 31% of
+    /// 1 GiB: the application's remote faults 32k -> 73k). Returns how many.
+    pub fn pause_ended(&mut self) -> usize {
+        let mut n = 0;
+        while self.ends[List::Paused.index()].tail != NIL {
+            let p = self.ends[List::Paused.index()].tail as usize;
+            let to = match List::from_repr(self.paused_from[p]) {
+                Some(List::Active) => List::Active,
+                _ => List::Probation,
+            };
+            let kept = self.flags[p] & (REFERENCED | COLD);
+            self.push_front(to, p);
+            self.flags[p] |= kept;
+            n += 1;
+        }
+        n
     }
 
     /// Moves the oldest active pages to probation while probation + inactive are short of
@@ -525,7 +577,7 @@ impl Lists {
     /// Takes up to `n` pages to unmap, trying `claim` on each candidate in order (told
     /// whether the page may still be held, see [`Try::Hold`]): cold pages first, then the
     /// probation front (referenced pages there are activated instead), then the oldest active
-    /// pages (referenced ones rotate once). A taken page leaves its list (the caller then calls
+    /// pages (referenced ones rotate once), and only then a pause's held pages. A taken page leaves its list (the caller then calls
     /// [`Lists::deactivated`] or [`Lists::give_back`]); a busy one stays where it is; a held one
     /// goes to the back of its list; a stale one (no longer mapped) leaves. Returns (page, cold).
     pub fn take_for_deactivation(
@@ -556,6 +608,10 @@ impl Lists {
         self.take_from(List::Active, n, &mut holds, &mut claim, &mut out, |l, p| {
             l.push_back(List::Active, p);
             true
+        });
+        // Nothing else mapped is left: a pause's held pages go too, rather than none.
+        self.take_from(List::Paused, n, &mut holds, &mut claim, &mut out, |_, _| {
+            false
         });
         out
     }
@@ -999,6 +1055,57 @@ mod tests {
         // A page on no list is left alone.
         l.keep_until_read(7);
         assert_eq!(l.list_of(7), List::None);
+    }
+
+    #[test]
+    fn a_pauses_pages_are_unmapped_last_and_go_back_where_they_were_when_it_ends() {
+        let mut l = Lists::new(32, 100);
+        // Probation 0..6 (2 written), active 10..13 (11 hot).
+        for p in 0..6 {
+            l.admit(p, Admit::Normal, false);
+        }
+        l.referenced(2);
+        for p in 10..13 {
+            l.admit(p, Admit::Normal, false);
+            l.reactivated(p, true);
+        }
+        l.set_heat(11, 2);
+        l.admit(20, Admit::Cold, false);
+        // The pause's young pages: two on probation (one written), one active; a cold page
+        // and one on no list are not held.
+        for (p, held) in [(0, true), (2, true), (11, true), (20, false), (25, false)] {
+            assert_eq!(l.hold_for_pause(p), held, "page {p}");
+        }
+        // A page the pause reads in for itself is held too.
+        l.admit(7, Admit::Held, true);
+        assert_eq!(l.len(List::Paused), 4);
+        let all = |_: usize, _| Try::Taken;
+        // Unmapping takes cold, probation, active: never a held page while others are left.
+        let taken: Vec<usize> = l
+            .take_for_deactivation(6, 0, all)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(taken, vec![20, 1, 3, 4, 5, 10]);
+        assert_eq!(l.take_for_deactivation(1, 0, all), vec![(12, false)]);
+        // Only held pages left: they go rather than none.
+        assert_eq!(l.take_for_deactivation(1, 0, all), vec![(0, false)]);
+        // The pause ends: back to the lists they left, flags and heat as they were.
+        assert_eq!(l.pause_ended(), 3);
+        assert_eq!(l.len(List::Paused), 0);
+        assert_eq!(l.iter(List::Probation).collect::<Vec<_>>(), vec![2]);
+        assert!(l.flag(2, REFERENCED), "written before the pause");
+        assert_eq!(l.iter(List::Active).collect::<Vec<_>>(), vec![11, 7]);
+        // In their order, in front of the pages that stayed.
+        l.admit(3, Admit::Normal, false);
+        l.admit(4, Admit::Normal, false);
+        assert!(l.hold_for_pause(3) && l.hold_for_pause(2));
+        l.pause_ended();
+        assert_eq!(l.iter(List::Probation).collect::<Vec<_>>(), vec![3, 2, 4]);
+        assert_eq!(l.heat(11), 2);
+        // The page read for the pause is then made cold, as before.
+        assert!(l.make_cold(7));
+        assert_eq!(l.list_of(7), List::Cold);
     }
 
     #[test]

@@ -303,15 +303,22 @@ impl Reclaimer {
     pub fn sample(&self) -> ListSample {
         let l = self.lists();
         let writeback = self.writeback.load(Ordering::Relaxed);
-        let on_lists: usize = [List::Cold, List::Probation, List::Active, List::Inactive]
-            .iter()
-            .map(|&x| l.len(x))
-            .sum();
+        let on_lists: usize = [
+            List::Cold,
+            List::Probation,
+            List::Active,
+            List::Inactive,
+            List::Paused,
+        ]
+        .iter()
+        .map(|&x| l.len(x))
+        .sum();
         ListSample {
             ms: self.ctx.epoch.elapsed().as_secs_f64() * 1e3,
             cold: l.len(List::Cold),
             probation: l.len(List::Probation),
-            active: l.len(List::Active),
+            // A pause's held pages came from the active list and probation, mostly active.
+            active: l.len(List::Active) + l.len(List::Paused),
             inactive: l.len(List::Inactive),
             writeback,
             other: self.budget.charged().saturating_sub(on_lists + writeback),
@@ -489,6 +496,23 @@ impl Reclaimer {
                 l.referenced(p);
             }
         }
+    }
+
+    /// A stop-the-world pause starts and will read `pages` (its young regions'): the mapped
+    /// ones are held until it ends (see [`Lists::hold_for_pause`]) and the inactive ones go to
+    /// the back of the inactive list. Pages of a pause that has ended go back first. Returns
+    /// how many were held.
+    pub fn hold_for_pause(&self, pages: impl Iterator<Item = usize>) -> usize {
+        self.demote_pause_pages(false);
+        let mut l = self.lists();
+        let mut n = 0;
+        for p in pages {
+            match l.list_of(p) {
+                List::Inactive => l.keep_until_read(p),
+                _ => n += usize::from(l.hold_for_pause(p)),
+            }
+        }
+        n
     }
 
     /// A refinement pass is about to read `pages` (the cards it has just cleaned, which
@@ -724,6 +748,7 @@ impl Reclaimer {
             return;
         };
         let mut l = self.lists();
+        l.pause_ended();
         let n = pages.iter().filter(|&&p| l.make_cold(p as usize)).count();
         drop(l);
         self.ctx
