@@ -66,10 +66,11 @@ typedef struct memliner_hooks {
    * reusing them zero-fills locally instead of fetching garbage. Never blocks on the network. */
   void (*release)(uintptr_t start, size_t len);
   /* offset 48: a refinement pass (G1's refinement threads, or an application thread refining)
-   * is about to read the cards on these pages, in this order (each page once): the agent
-   * reads the remote ones in the calling thread, in one request, before it returns (blocking
-   * for that read, as the pass's first fault would); pages the agent cannot take are left to
-   * the pass's own faults. */
+   * is about to read these pages (its cards' and, on G1, those it walks through to reach a
+   * card from the block before it), in this order (each page once): the agent reads the
+   * remote ones in the calling thread, in one request, before it returns (blocking for that
+   * read, as the pass's first fault would); pages the agent cannot take are left to the
+   * pass's own faults. */
   void (*refine)(const uintptr_t *pages, size_t n);
 } memliner_hooks;
 

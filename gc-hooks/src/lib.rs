@@ -64,8 +64,9 @@ pub struct Hooks {
     /// The collector freed `[start, start + len)`: nothing there is read again before it is
     /// written. Called before the range is reused; returns when the pages are dropped.
     pub release: extern "C" fn(start: usize, len: usize),
-    /// A refinement pass is about to read the cards on these pages, in this order (each page
-    /// once): the remote ones are read in the calling thread, in one request, before it
+    /// A refinement pass is about to read these pages (its cards' and, on G1, those it walks
+    /// through to reach a card from the block before it), in this order (each page once): the
+    /// remote ones are read in the calling thread, in one request, before it
     /// returns (blocking for that read, as the pass's first fault would).
     pub refine: extern "C" fn(pages: *const usize, n: usize),
 }
