@@ -591,12 +591,30 @@ fn a_pause_keeps_its_young_regions_local_pages_while_it_copies() {
         });
     });
     let faults = gc_remote() - before;
-    pager.gc_pause_finished(None, Default::default());
     assert!(
         faults < 8,
         "the pause fetched back {faults} of eden's {} pages it had pushed out",
         young.len()
     );
+    // The next pause starts with the first one's end never seen (eden is free now): eden's
+    // pages are held no longer, and the application's new pages push them out first.
+    let regions = RegionMap::new(vec![
+        span(&(0..512), RegionKind::Old),
+        span(&free, RegionKind::Free),
+    ]);
+    pager.gc_pause_started(regions, true);
+    for p in free.clone().skip(256) {
+        region.write(p, 0, pattern(p, 0, 3));
+    }
+    pager.settle();
+    let map = residency(&pager, region.pages);
+    let local = young.clone().filter(|&p| map[p] == 0).count();
+    assert!(
+        local < young.len() / 4,
+        "{local} of eden's {} pages still local after 256 new pages",
+        young.len()
+    );
+    pager.gc_pause_finished(None, Default::default());
 }
 
 /// The spans each call of a card reader was asked about.

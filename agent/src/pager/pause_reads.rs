@@ -89,7 +89,7 @@ impl PauseReads {
                 .of_kind(RegionKind::Young)
                 .flat_map(|s| pages_of(p, s))
         };
-        p.reclaim.hold_for_pause(young());
+        p.reclaim.hold_for_pause(young(), true);
         queue(p, young(), Prefetcher::read_for_pause)
     }
 
@@ -108,7 +108,7 @@ impl PauseReads {
         }
         if self.reading.load(Ordering::Relaxed) {
             let pages: Vec<usize> = addrs.iter().filter_map(|&a| p.ctx.page_of(a)).collect();
-            p.reclaim.hold_for_pause(pages.iter().copied());
+            p.reclaim.hold_for_pause(pages.iter().copied(), false);
             queue(p, pages.into_iter(), Prefetcher::read_for_pause);
         }
         true

@@ -498,13 +498,19 @@ impl Reclaimer {
         }
     }
 
-    /// A stop-the-world pause starts and will read `pages` (its young regions'): the mapped
-    /// ones are held until it ends (see [`Lists::hold_for_pause`]) and the inactive ones go to
-    /// the back of the inactive list. Pages of a pause that has ended go back first. Returns
-    /// how many were held.
-    pub fn hold_for_pause(&self, pages: impl Iterator<Item = usize>) -> usize {
-        self.demote_pause_pages(false);
+    /// The pause under way will read `pages` (its young regions' when it starts, `starts`;
+    /// later, the collection set a patched G1 names): the mapped ones are held until it ends
+    /// (see [`Lists::hold_for_pause`]) and the inactive ones go to the back of the inactive
+    /// list. When a pause starts, the pages of those before it go back first, whether or not
+    /// their ends were seen. Returns how many were held.
+    pub fn hold_for_pause(&self, pages: impl Iterator<Item = usize>, starts: bool) -> usize {
+        if starts {
+            self.demote_pause_pages(false);
+        }
         let mut l = self.lists();
+        if starts {
+            l.pause_ended();
+        }
         let mut n = 0;
         for p in pages {
             match l.list_of(p) {
