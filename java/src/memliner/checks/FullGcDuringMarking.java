@@ -16,7 +16,8 @@ import java.util.Random;
  * path: {@code -Xbootclasspath/a:.../memliner-whitebox.jar -XX:+UnlockDiagnosticVMOptions
  * -XX:+WhiteBoxAPI}), each full GC is issued while concurrent marking runs: the collector
  * thread starts a cycle, waits until marking is under way and has run 300, 600, 900 ms (time
- * to defer objects), and collects while it still runs. {@code marking_aborts} counts the full GCs issued so.
+ * to defer objects; a cycle that ends sooner is followed by another, waited on a quarter as
+ * long), and collects while it still runs. {@code marking_aborts} counts the full GCs issued so.
  *
  * <p>With {@code shenandoah-whitebox} (Shenandoah, the same API), each of the collections is an
  * allocation failure inside concurrent marking, which Shenandoah answers with a degenerated
@@ -173,8 +174,9 @@ public final class FullGcDuringMarking {
     /**
      * Starts a G1 concurrent cycle through the WhiteBox API (reflection: the API is on the boot
      * class path only when the test asks), waits until marking runs and has run for {@code
-     * intoCycleMs} (bounded by the cycle's end), then runs a full GC. Returns whether the cycle
-     * was still running just before the full GC.
+     * intoCycleMs} (bounded by the cycle's end: then another cycle, waited on for a quarter as
+     * long, down to 1 ms), then runs a full GC. Returns whether the cycle was still running
+     * just before the full GC.
      */
     static boolean fullGcDuringMarking(int intoCycleMs)
             throws InterruptedException, ReflectiveOperationException {
@@ -184,19 +186,25 @@ public final class FullGcDuringMarking {
         Method start = c.getMethod("g1StartConcMarkCycle");
         Method fullGc = c.getMethod("fullGC");
         long deadline = System.nanoTime() + 30_000_000_000L;
-        while (!(Boolean) inMark.invoke(wb)) {
-            start.invoke(wb);  // false while a cycle is already starting: wait for it
-            if (System.nanoTime() > deadline) {
-                throw new IllegalStateException("no concurrent mark within 30 s");
+        // A cycle whose marking ends before the wait is over (a heap mostly local marks in
+        // 50-150 ms) is followed by another, waited on a quarter as long.
+        for (int wait = intoCycleMs; ; wait = Math.max(1, wait / 4)) {
+            while (!(Boolean) inMark.invoke(wb)) {
+                start.invoke(wb);  // false while a cycle is already starting: wait for it
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException("no concurrent mark within 30 s");
+                }
+                Thread.sleep(1);
             }
-            Thread.sleep(1);
+            long until = System.nanoTime() + wait * 1_000_000L;
+            while (System.nanoTime() < until && (Boolean) inMark.invoke(wb)) {
+                Thread.sleep(1);
+            }
+            boolean marking = (Boolean) inMark.invoke(wb);
+            if (marking || wait == 1 || System.nanoTime() > deadline) {
+                fullGc.invoke(wb);
+                return marking;
+            }
         }
-        long until = System.nanoTime() + intoCycleMs * 1_000_000L;
-        while (System.nanoTime() < until && (Boolean) inMark.invoke(wb)) {
-            Thread.sleep(1);
-        }
-        boolean marking = (Boolean) inMark.invoke(wb);
-        fullGc.invoke(wb);
-        return marking;
     }
 }
