@@ -100,8 +100,8 @@ impl PauseReads {
     /// object it copied again for every reference to it; admitted cold, as a card's page is,
     /// they went out and came back over and over: graph at 25% of 256 MiB, 144k faults on
     /// 10k pages). The local ones are held for the pause, out of its own evictions, as its
-    /// young regions' are; the remote ones read in bulk for it. False, with nothing done, when no pause is
-    /// under way: the addresses are then a marking hint.
+    /// young regions' are; the remote ones read in bulk for it. False, with nothing done, when
+    /// no pause is under way: the addresses are then a marking hint.
     pub fn named(&self, p: &Using<'_>, addrs: &[usize]) -> bool {
         if !p.attribution.collecting(addrs) {
             return false;

@@ -194,16 +194,15 @@ pub struct Lists {
     /// One byte a page (a byte a page counts at 16 GiB: 4 MiB): its list (`ON`), whether a
     /// reference was seen while it was mapped since it joined its list (`REFERENCED`), whether
     /// it was admitted or made cold and not used since, perhaps moved on to the inactive list
-    /// (`COLD`), and the agings an active page survives (`HEAT`, see `heat_after`: earned by
-    /// refaulting soon after eviction, spent one per trip past the active list's front).
+    /// (`COLD`), the agings an active page survives (`HEAT`, see `heat_after`: earned by
+    /// refaulting soon after eviction, spent one per trip past the active list's front), and,
+    /// on [`List::Paused`], whether it came from the active list (`FROM_ACTIVE`).
     flags: Box<[u8]>,
     /// The reclaim clock when the page was evicted, 0 = no shadow.
     shadow: Box<[u32]>,
     /// When a page was first held on its list (ms on the caller's clock, 0: not held): reset
     /// when it is unmapped and when it leaves.
     held_since: Box<[u32]>,
-    /// The list a page on [`List::Paused`] came from, which it goes back to.
-    paused_from: Box<[u8]>,
     ends: [Ends; 5],
     /// Pages that left the (kernel's) inactive list: evictions and activations.
     clock: u64,
@@ -248,6 +247,7 @@ const REFERENCED: u8 = 1 << 3;
 const COLD: u8 = 1 << 4;
 const HEAT_SHIFT: u8 = 5;
 const HEAT: u8 = 0b11 << HEAT_SHIFT;
+const FROM_ACTIVE: u8 = 1 << 7;
 const _: () = assert!(MAX_HEAT << HEAT_SHIFT & !HEAT == 0 && List::Paused as u8 & !ON == 0);
 
 /// A page's heat after it refaulted `distance` clock ticks after its eviction. User space sees
@@ -275,7 +275,6 @@ impl Lists {
             flags: vec![List::None as u8; npages].into(),
             shadow: vec![0; npages].into(),
             held_since: vec![0; npages].into(),
-            paused_from: vec![List::None as u8; npages].into(),
             ends: [Ends {
                 head: NIL,
                 tail: NIL,
@@ -420,10 +419,7 @@ impl Lists {
                 self.push_back(List::Probation, p)
             }
             (Admit::Cold | Admit::ColdUnlessReread, _) => self.push_back(List::Cold, p),
-            (Admit::Held, _) => {
-                self.push_back(List::Active, p);
-                self.hold_for_pause(p);
-            }
+            (Admit::Held, _) => self.park(p, true),
             (Admit::Normal, Refault::Workingset { .. }) => {
                 self.clock += 1;
                 self.push_back(List::Active, p)
@@ -517,18 +513,26 @@ impl Lists {
     /// The pause copies live objects into fresh pages with the budget full: without this the
     /// pages it pushed out were eden's, written once when allocated and not since, the oldest
     /// on probation, and it read them back (kv at 25% of 1 GiB: 87k of its 87k young-region
-    /// faults). A list of their own: skipping them where they lie cost the walks (kv faster,
-    /// graph and index 5% slower). `false`: not on a mapped list it takes pages from.
+    /// faults). A list of their own: a hold bit that the walks skipped moved each page they
+    /// met to its list's back, where it outlived the old generation's pages (see
+    /// [`Lists::pause_ended`]), and the walks met it again. `false`: not on a mapped list it
+    /// takes pages from.
     pub fn hold_for_pause(&mut self, p: usize) -> bool {
         let from = self.list_of(p);
         if !matches!(from, List::Probation | List::Active) {
             return false;
         }
+        self.park(p, from == List::Active);
+        true
+    }
+
+    /// Puts `p` at the back of [`List::Paused`], as if it came from the active list or
+    /// probation, its reference and coldness kept.
+    fn park(&mut self, p: usize, from_active: bool) {
         let kept = self.flags[p] & (REFERENCED | COLD);
         self.push_back(List::Paused, p);
         self.flags[p] |= kept;
-        self.paused_from[p] = from as u8;
-        true
+        self.set_flag(p, FROM_ACTIVE, from_active);
     }
 
     /// The pause ended: its held pages go back to the fronts of the lists they came from, in
@@ -538,18 +542,23 @@ impl Lists {
     /// 1 GiB: the application's remote faults 32k -> 73k). Returns how many.
     pub fn pause_ended(&mut self) -> usize {
         let mut n = 0;
-        while self.ends[List::Paused.index()].tail != NIL {
-            let p = self.ends[List::Paused.index()].tail as usize;
-            let to = match List::from_repr(self.paused_from[p]) {
-                Some(List::Active) => List::Active,
-                _ => List::Probation,
+        // From the back, each to its list's front: they keep their order there.
+        loop {
+            let p = self.ends[List::Paused.index()].tail;
+            if p == NIL {
+                return n;
+            }
+            let p = p as usize;
+            let to = if self.flag(p, FROM_ACTIVE) {
+                List::Active
+            } else {
+                List::Probation
             };
             let kept = self.flags[p] & (REFERENCED | COLD);
             self.push_front(to, p);
-            self.flags[p] |= kept;
+            self.flags[p] = (self.flags[p] | kept) & !FROM_ACTIVE;
             n += 1;
         }
-        n
     }
 
     /// Moves the oldest active pages to probation while probation + inactive are short of
@@ -577,9 +586,10 @@ impl Lists {
     /// Takes up to `n` pages to unmap, trying `claim` on each candidate in order (told
     /// whether the page may still be held, see [`Try::Hold`]): cold pages first, then the
     /// probation front (referenced pages there are activated instead), then the oldest active
-    /// pages (referenced ones rotate once), and only then a pause's held pages. A taken page leaves its list (the caller then calls
-    /// [`Lists::deactivated`] or [`Lists::give_back`]); a busy one stays where it is; a held one
-    /// goes to the back of its list; a stale one (no longer mapped) leaves. Returns (page, cold).
+    /// pages (referenced ones rotate once), and only then a pause's held pages. A taken page
+    /// leaves its list (the caller then calls [`Lists::deactivated`] or [`Lists::give_back`]);
+    /// a busy one stays where it is; a held one goes to the back of its list; a stale one (no
+    /// longer mapped) leaves. Returns (page, cold).
     pub fn take_for_deactivation(
         &mut self,
         n: usize,
