@@ -1,5 +1,6 @@
 //! The table a GC-hook patched JVM takes from the agent (gc-hooks, `memliner.h`): the heap
-//! view, the prefetch hint, GC phase events and the counters the JVM adds to.
+//! view, the prefetch hint, GC phase events, the counters the JVM adds to and each marking
+//! thread's path byte (`mark_path`).
 //!
 //! The JVM calls these from its GC worker threads while the application runs: nothing here
 //! blocks or panics across the boundary.
@@ -66,6 +67,7 @@ static TABLE: Hooks = Hooks {
     counters: &COUNTERS,
     release,
     refine,
+    mark_path,
 };
 
 struct Marking {
@@ -107,6 +109,10 @@ extern "C" fn refine(pages: *const usize, n: usize) {
     if REFINE_AHEAD.load(Ordering::Relaxed) {
         with_addrs(pages, n, Pager::will_refine);
     }
+}
+
+extern "C" fn mark_path() -> *mut u8 {
+    crate::mark_path::slot()
 }
 
 extern "C" fn release(start: usize, len: usize) {
@@ -206,5 +212,10 @@ mod tests {
         (t.gc_phase)(PHASE_MARK_END);
         (t.gc_phase)(99);
         (t.release)(0x1000, 0x2000);
+        assert_eq!(
+            (t.mark_path)(),
+            crate::mark_path::slot(),
+            "the calling thread's byte"
+        );
     }
 }

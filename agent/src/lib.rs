@@ -22,6 +22,7 @@ pub mod hooks;
 pub mod jvmti;
 mod logging;
 pub mod maps;
+pub mod mark_path;
 pub mod memory;
 pub mod model;
 pub use memliner_contracts::options;

@@ -15,6 +15,11 @@ pub trait ThreadClassifier: Send + Sync {
     fn in_gc_pause(&self) -> bool {
         false
     }
+    /// Whether G1 is between a remark and its cleanup: its marking threads rebuild
+    /// remembered sets (decides `ConcurrentMark` faults where the JVM reports no path).
+    fn rebuilding_remsets(&self) -> bool {
+        false
+    }
 }
 
 /// A thread's role as far as can be told once and cached.

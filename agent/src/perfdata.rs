@@ -3,6 +3,10 @@
 //! of G1's remark and cleanup pauses have run. Compared at the end of each pause, they say
 //! which kind of pause it was; JVMTI's GarbageCollectionStart/Finish do not.
 //!
+//! G1 counts its remark and its cleanup pause alike; a cycle has one of each, in that order,
+//! with the remembered-set rebuild between them, so the counts since the last full collection
+//! say whether the marking threads are rebuilding (`rebuilding`).
+//!
 //! The counters are incremented when a pause starts its collection, so at the pause's
 //! GarbageCollectionFinish they count it. The file is the JVM's shared mapping: a read of it
 //! sees the counters as they are. A JVM started with `-XX:-UsePerfData` (or
@@ -28,8 +32,8 @@ pub struct PauseCounters {
     /// pauses (remark and cleanup).
     full: Option<u64>,
     concurrent: Option<u64>,
-    /// Their values when the last pause ended.
-    last: Mutex<(u64, u64)>,
+    /// Their values when the last pause ended, and whether G1 was between remark and cleanup.
+    last: Mutex<((u64, u64), bool)>,
 }
 
 impl PauseCounters {
@@ -50,9 +54,9 @@ impl PauseCounters {
             file,
             full,
             concurrent,
-            last: Mutex::new((0, 0)),
+            last: Mutex::new(((0, 0), false)),
         };
-        *c.last.lock().unwrap() = c.values();
+        c.last.lock().unwrap().0 = c.values();
         Ok(c)
     }
 
@@ -71,14 +75,35 @@ impl PauseCounters {
     /// The kind of the pause ending now (call from its GarbageCollectionFinish).
     pub fn pause_ended(&self) -> PauseKind {
         let now = self.values();
-        let before = std::mem::replace(&mut *self.last.lock().unwrap(), now);
-        if now.0 != before.0 {
+        let mut last = self.last.lock().unwrap();
+        let before = std::mem::replace(&mut last.0, now);
+        let kind = if now.0 != before.0 {
             PauseKind::Full
         } else if now.1 != before.1 {
             PauseKind::RemarkCleanup
         } else {
             PauseKind::Incremental
-        }
+        };
+        last.1 = rebuilding_after(last.1, kind, now.1.wrapping_sub(before.1));
+        kind
+    }
+
+    /// Whether G1's last concurrent-cycle pause was a remark: its marking threads are
+    /// rebuilding remembered sets until the cleanup pause.
+    pub fn rebuilding(&self) -> bool {
+        self.last.lock().unwrap().1
+    }
+}
+
+/// Whether G1 is between a remark and its cleanup after a pause of `kind` that counted
+/// `cycle_pauses` concurrent-cycle pauses, `was` before it. A full collection aborts the
+/// cycle (no cleanup follows); an odd count flips (a remark that restarts marking on a mark
+/// stack overflow counts as one too, and is taken for one: rare, and the next full
+/// collection puts it right).
+fn rebuilding_after(was: bool, kind: PauseKind, cycle_pauses: u64) -> bool {
+    match kind {
+        PauseKind::Full => false,
+        _ => was ^ (cycle_pauses % 2 == 1),
     }
 }
 
@@ -199,6 +224,29 @@ mod tests {
         assert!(collector_counters(&b[..40])
             .unwrap_err()
             .contains("truncated"));
+    }
+
+    #[test]
+    fn the_rebuild_runs_from_a_remark_to_its_cleanup() {
+        use PauseKind::*;
+        let mut r = false;
+        let mut seen = Vec::new();
+        // young, remark, young (during the rebuild), cleanup, young, remark, full
+        for (kind, n) in [
+            (Incremental, 0),
+            (RemarkCleanup, 1),
+            (Incremental, 0),
+            (RemarkCleanup, 1),
+            (Incremental, 0),
+            (RemarkCleanup, 1),
+            (Full, 0),
+        ] {
+            r = rebuilding_after(r, kind, n);
+            seen.push(r);
+        }
+        assert_eq!(seen, [false, true, true, false, false, true, false]);
+        // Both pauses of a cycle seen at one pause's end: not rebuilding after them.
+        assert!(!rebuilding_after(false, RemarkCleanup, 2));
     }
 
     /// This test process has no JVM: no file, and the reason names the path.

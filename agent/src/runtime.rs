@@ -66,6 +66,9 @@ impl model::ThreadClassifier for StaticClassifier {
     fn in_gc_pause(&self) -> bool {
         self.0.in_gc_pause()
     }
+    fn rebuilding_remsets(&self) -> bool {
+        self.0.rebuilding_remsets()
+    }
 }
 
 /// Demand connections per server: one per handler thread; with faults served by their own
@@ -619,6 +622,8 @@ unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
                 .pause_counters
                 .get()
                 .map_or(gc_activity::PauseKind::Incremental, |c| c.pause_ended());
+            let rebuilding = rt.pause_counters.get().is_some_and(|c| c.rebuilding());
+            rt.threads.set_rebuilding(rebuilding);
             if let Some(p) = rt.pager.get() {
                 let mut dead = Vec::new();
                 let mut after = gc_activity::RegionMap::default();

@@ -68,6 +68,7 @@ pub struct JvmThreads {
     java: Mutex<HashSet<u32>>,
     asked: Mutex<HashMap<u32, u32>>,
     in_pause: AtomicBool,
+    rebuilding: AtomicBool,
 }
 
 impl JvmThreads {
@@ -78,6 +79,11 @@ impl JvmThreads {
 
     pub fn set_in_pause(&self, v: bool) {
         self.in_pause.store(v, Ordering::SeqCst);
+    }
+
+    /// A pause ended with G1 between a remark and its cleanup (`v`) or not.
+    pub fn set_rebuilding(&self, v: bool) {
+        self.rebuilding.store(v, Ordering::Relaxed);
     }
 }
 
@@ -105,6 +111,10 @@ impl ThreadClassifier for JvmThreads {
 
     fn in_gc_pause(&self) -> bool {
         self.in_pause.load(Ordering::Relaxed)
+    }
+
+    fn rebuilding_remsets(&self) -> bool {
+        self.rebuilding.load(Ordering::Relaxed)
     }
 }
 

@@ -82,6 +82,18 @@ fn hooks_cell(w: Workload, gc: &str, local: u32) {
         assert_eq!(refine_reads, 0, "{what}: {:?}", s.gc);
     }
     assert!(h.mark_cycles > 0, "{what}: no concurrent mark: {h:?}");
+    // A patched G1's marking threads say which path they are on; the agent reads it when
+    // they fault: their faults are by path, bar what they do outside the paths.
+    let marking = |a: &[GcActivity]| a.iter().map(|x| s.gc_faults[x].remote).sum::<u64>();
+    let paths = marking(GcActivity::MARK_PATHS) + marking(&[GcActivity::RemsetRebuild]);
+    let unknown = marking(&[GcActivity::ConcurrentMark]);
+    if gc == "G1" && paths + unknown >= 100 {
+        assert!(
+            paths >= 3 * unknown,
+            "{what}: marking's faults by path {paths}, without one {unknown}: {:?}",
+            s.gc_faults
+        );
+    }
     // The JVM adds its counts as each batch of hints goes out, and the stats are read at VM
     // death while marking may still run: a few batches (32 pages each, MemLinerHintBatch) may
     // be counted on one side only.

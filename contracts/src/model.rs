@@ -130,9 +130,28 @@ pub enum GcActivity {
     CopyDestination,
     /// A pause whose page lay where the collector's layout said nothing (or no layout).
     PauseOther,
-    /// Concurrent marking threads (`G1 Conc#`, `G1 Main Marker`): root regions, marking,
-    /// remembered-set rebuild.
+    /// Concurrent marking threads (`G1 Conc#`, `G1 Main Marker`) where no finer path is
+    /// known: on a stock JVM everything but the remembered-set rebuild; with the GC hooks,
+    /// what they do outside the paths below.
     ConcurrentMark,
+    /// Marking scanning its root regions (G1's survivors when marking starts; GC hooks).
+    MarkRootRegions,
+    /// Marking draining the application's store log (G1's SATB buffers: overwritten and,
+    /// with the hooks' line-up, stored references; GC hooks).
+    MarkStoreLog,
+    /// Marking tracing objects popped from its mark stack or stolen from another
+    /// marker's (GC hooks).
+    MarkStack,
+    /// Marking tracing slices of large object arrays (GC hooks).
+    MarkArraySlices,
+    /// Marking walking a region's mark bitmap, scanning the objects marked above its
+    /// finger (GC hooks).
+    MarkBitmapWalk,
+    /// Marking tracing the objects it deferred because their pages were remote (GC hooks).
+    MarkDeferred,
+    /// G1 rebuilding remembered sets between remark and cleanup (stock: faults of its
+    /// marking threads in that window; GC hooks: the rebuild task's own).
+    RemsetRebuild,
     /// Concurrent refinement threads (`G1 Refine#`): dirty cards of old regions.
     ConcurrentRefinement,
     /// A concurrently evacuating collector (Shenandoah) copying its collection set: its
@@ -149,12 +168,28 @@ pub enum GcActivity {
 impl GcActivity {
     pub const COUNT: usize = <GcActivity as strum::EnumCount>::COUNT;
     pub const ALL: &'static [GcActivity] = <GcActivity as strum::VariantArray>::VARIANTS;
+    /// Concurrent marking by path, as a GC-hook patched G1's marking threads report it.
+    pub const MARK_PATHS: &'static [GcActivity] = &[
+        GcActivity::MarkRootRegions,
+        GcActivity::MarkStoreLog,
+        GcActivity::MarkStack,
+        GcActivity::MarkArraySlices,
+        GcActivity::MarkBitmapWalk,
+        GcActivity::MarkDeferred,
+    ];
 
     /// Work done inside a stop-the-world pause.
     pub fn in_pause(self) -> bool {
         !matches!(
             self,
             GcActivity::ConcurrentMark
+                | GcActivity::MarkRootRegions
+                | GcActivity::MarkStoreLog
+                | GcActivity::MarkStack
+                | GcActivity::MarkArraySlices
+                | GcActivity::MarkBitmapWalk
+                | GcActivity::MarkDeferred
+                | GcActivity::RemsetRebuild
                 | GcActivity::ConcurrentRefinement
                 | GcActivity::ConcurrentEvacuation
                 | GcActivity::ConcurrentUpdateRefs

@@ -45,6 +45,16 @@ typedef struct memliner_hook_counters {
 #define MEMLINER_PHASE_MARK_START 1 /* concurrent marking begins */
 #define MEMLINER_PHASE_MARK_END 2   /* concurrent marking finished (or was aborted) */
 
+/* Marking paths a concurrent GC thread reports (see mark_path below); G1's names. */
+#define MEMLINER_MARK_NONE 0         /* none reported (other work of the thread) */
+#define MEMLINER_MARK_ROOT_REGIONS 1 /* scanning the root regions (survivors) marking starts at */
+#define MEMLINER_MARK_STORE_LOG 2    /* draining the store log (SATB buffers) */
+#define MEMLINER_MARK_STACK 3        /* tracing objects popped from the mark stack, or stolen */
+#define MEMLINER_MARK_ARRAY_SLICE 4  /* tracing a slice of a large object array */
+#define MEMLINER_MARK_BITMAP_WALK 5  /* walking a region's mark bitmap past the finger */
+#define MEMLINER_MARK_DEFERRED 6     /* tracing the objects marking deferred (page remote) */
+#define MEMLINER_MARK_REBUILD 7      /* rebuilding remembered sets after remark */
+
 typedef struct memliner_hooks {
   uint32_t version; /* offset 0: MEMLINER_HOOKS_VERSION */
   uint32_t size;    /* offset 4: sizeof(memliner_hooks) */
@@ -72,6 +82,11 @@ typedef struct memliner_hooks {
    * read, as the pass's first fault would); pages the agent cannot take are left to the
    * pass's own faults. */
   void (*refine)(const uintptr_t *pages, size_t n);
+  /* offset 56: the calling thread's marking-path byte, valid for the thread's life: a
+   * concurrent marking thread stores the MEMLINER_MARK_* path it is on there as its work
+   * changes (a plain byte store), and the agent counts the thread's remote faults under that
+   * path. Tables grow at their end: a JVM calls this only where `size` covers it. */
+  uint8_t *(*mark_path)(void);
 } memliner_hooks;
 
 /* Returns the agent's table (never NULL once the agent is loaded). */

@@ -24,6 +24,37 @@ pub const HEAP_VIEW_SYMBOL: &str = "memliner_heap_view";
 pub const PHASE_MARK_START: u32 = 1;
 pub const PHASE_MARK_END: u32 = 2;
 
+/// Marking paths a concurrent GC thread writes to its `mark_path` byte (G1's names).
+pub mod mark_path {
+    /// None reported: other work of the thread.
+    pub const NONE: u8 = 0;
+    /// Scanning the root regions (survivors) marking starts at.
+    pub const ROOT_REGIONS: u8 = 1;
+    /// Draining the store log (SATB buffers).
+    pub const STORE_LOG: u8 = 2;
+    /// Tracing objects popped from the mark stack, or stolen.
+    pub const STACK: u8 = 3;
+    /// Tracing a slice of a large object array.
+    pub const ARRAY_SLICE: u8 = 4;
+    /// Walking a region's mark bitmap past the finger.
+    pub const BITMAP_WALK: u8 = 5;
+    /// Tracing the objects marking deferred (page remote).
+    pub const DEFERRED: u8 = 6;
+    /// Rebuilding remembered sets after remark.
+    pub const REBUILD: u8 = 7;
+    /// Each with its name in `memliner.h` (`MEMLINER_MARK_<name>`).
+    pub const ALL: [(u8, &str); 8] = [
+        (NONE, "NONE"),
+        (ROOT_REGIONS, "ROOT_REGIONS"),
+        (STORE_LOG, "STORE_LOG"),
+        (STACK, "STACK"),
+        (ARRAY_SLICE, "ARRAY_SLICE"),
+        (BITMAP_WALK, "BITMAP_WALK"),
+        (DEFERRED, "DEFERRED"),
+        (REBUILD, "REBUILD"),
+    ];
+}
+
 /// What the patched collector counts. The agent owns the storage; the JVM adds with relaxed
 /// atomic increments (`AtomicU64` has the layout of `uint64_t`).
 #[repr(C)]
@@ -69,6 +100,11 @@ pub struct Hooks {
     /// remote ones are read in the calling thread, in one request, before it
     /// returns (blocking for that read, as the pass's first fault would).
     pub refine: extern "C" fn(pages: *const usize, n: usize),
+    /// The calling thread's marking-path byte (a [`mark_path`] value), valid for the
+    /// thread's life: a concurrent marking thread stores the path it is on there, and the
+    /// agent counts its remote faults under it. Appended to version 2: a JVM calls it only
+    /// where `size` covers it.
+    pub mark_path: extern "C" fn() -> *mut u8,
 }
 
 // SAFETY: the table is immutable; `counters` points to atomics that live for the process.
@@ -133,7 +169,8 @@ mod tests {
         assert_eq!(offset_of!(Hooks, counters), 32);
         assert_eq!(offset_of!(Hooks, release), 40);
         assert_eq!(offset_of!(Hooks, refine), 48);
-        assert_eq!(std::mem::size_of::<Hooks>(), 56);
+        assert_eq!(offset_of!(Hooks, mark_path), 56);
+        assert_eq!(std::mem::size_of::<Hooks>(), 64);
         let counters = [
             (offset_of!(HookCounters, recorded), "recorded"),
             (offset_of!(HookCounters, lined_up), "lined_up"),
@@ -162,6 +199,11 @@ mod tests {
             "#define MEMLINER_PHASE_MARK_START {PHASE_MARK_START}"
         )));
         assert!(header.contains(&format!("#define MEMLINER_PHASE_MARK_END {PHASE_MARK_END}")));
+        for (value, name) in mark_path::ALL {
+            let define = format!("#define MEMLINER_MARK_{name} {value} ");
+            assert!(header.contains(&define), "memliner.h lacks {define}");
+        }
+        assert!(header.contains("uint8_t *(*mark_path)(void);"));
         assert!(header.contains(&format!("\"{HOOKS_SYMBOL}\"")));
         assert!(header.contains(&format!("\"{HEAP_VIEW_SYMBOL}\"")));
     }

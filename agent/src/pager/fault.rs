@@ -232,6 +232,23 @@ impl<'a> Handler<'a> {
         }
     }
 
+    /// What a concurrent marking thread faulting now does: the path a GC-hook patched JVM
+    /// wrote to the thread's byte (readable only here, on the faulting thread itself: with
+    /// `faults=thread` a handler thread cannot), else the remembered-set rebuild between G1's
+    /// remark and cleanup, else marking.
+    fn marking_activity(&self) -> GcActivity {
+        if self.signal {
+            if let Some(a) = crate::mark_path::current() {
+                return a;
+            }
+        }
+        if self.p.ctx.classifier.rebuilding_remsets() {
+            GcActivity::RemsetRebuild
+        } else {
+            GcActivity::ConcurrentMark
+        }
+    }
+
     /// The class of thread `tid`, and what it does if it is a concurrent GC thread.
     fn class_of(&mut self, tid: u32) -> (ThreadClass, Option<GcActivity>) {
         let ctx = &*self.p.ctx;
@@ -252,6 +269,9 @@ impl<'a> Handler<'a> {
         match kind {
             ThreadKind::Fixed(ThreadClass::GcConcurrent) => concurrent,
             ThreadKind::Fixed(c) => (c, None),
+            ThreadKind::GcConcurrent(GcActivity::ConcurrentMark) => {
+                (ThreadClass::GcConcurrent, Some(self.marking_activity()))
+            }
             ThreadKind::GcConcurrent(a) => (ThreadClass::GcConcurrent, Some(a)),
             ThreadKind::GcWorker if ctx.classifier.in_gc_pause() => (ThreadClass::Gc, None),
             ThreadKind::GcWorker => concurrent,

@@ -288,6 +288,14 @@ pub fn cell_on(
         "{what}: every pause has a kind: {:?}",
         s.gc
     );
+    // Marking paths come from a patched G1's marking threads only.
+    let paths: u64 = GcActivity::MARK_PATHS
+        .iter()
+        .map(|a| s.gc_faults[a].remote)
+        .sum();
+    if !s.jdk.contains("memliner gc-hooks") || gc != "G1" {
+        assert_eq!(paths, 0, "{what}: {:?}", s.gc_faults);
+    }
     let pause_other = s.gc_faults[&GcActivity::PauseOther].remote;
     if gc != "Shenandoah" {
         // G1's regions and Parallel's spaces are read at each pause's start: a pause's fault
