@@ -420,7 +420,9 @@ fn pages_a_patched_collector_hints_are_fetched_cold_before_it_reads_them() {
 fn pages_a_refinement_pass_names_are_read_by_its_thread_before_it_starts() {
     let (region, classes, pager) = written(1024, 128);
     let map = residency(&pager, region.pages);
-    let named: Vec<usize> = (600..616).rev().filter(|&p| map[p] != 0).collect();
+    // Sixteen remote pages: which pages the budget keeps after the writes depends on timing
+    // (reference sampling, a loaded machine: CI once found 6 of pages 600..616 still local).
+    let named: Vec<usize> = (400..700).rev().filter(|&p| map[p] != 0).take(16).collect();
     assert_eq!(named.len(), 16, "the named pages start remote");
     // Page addresses, highest first as G1 refines a buffer's cards, plus one outside the heap.
     let mut addrs: Vec<usize> = named.iter().map(|&p| region.base + p * 4096).collect();
