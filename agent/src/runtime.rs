@@ -618,11 +618,12 @@ unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
     guarded("GarbageCollectionFinish", || {
         if let Some(rt) = RUNTIME.get() {
             rt.threads.set_in_pause(false);
-            let kind = rt
+            let (kind, rebuilding) = rt
                 .pause_counters
                 .get()
-                .map_or(gc_activity::PauseKind::Incremental, |c| c.pause_ended());
-            let rebuilding = rt.pause_counters.get().is_some_and(|c| c.rebuilding());
+                .map_or((gc_activity::PauseKind::Incremental, false), |c| {
+                    (c.pause_ended(), c.rebuilding())
+                });
             rt.threads.set_rebuilding(rebuilding);
             if let Some(p) = rt.pager.get() {
                 let mut dead = Vec::new();

@@ -178,22 +178,19 @@ impl GcActivity {
         GcActivity::MarkDeferred,
     ];
 
-    /// Work done inside a stop-the-world pause.
+    /// Work done inside a stop-the-world pause (the pause's activities are a fixed few; the
+    /// concurrent ones grow with what the collectors report).
     pub fn in_pause(self) -> bool {
-        !matches!(
+        matches!(
             self,
-            GcActivity::ConcurrentMark
-                | GcActivity::MarkRootRegions
-                | GcActivity::MarkStoreLog
-                | GcActivity::MarkStack
-                | GcActivity::MarkArraySlices
-                | GcActivity::MarkBitmapWalk
-                | GcActivity::MarkDeferred
-                | GcActivity::RemsetRebuild
-                | GcActivity::ConcurrentRefinement
-                | GcActivity::ConcurrentEvacuation
-                | GcActivity::ConcurrentUpdateRefs
-                | GcActivity::ConcurrentOther
+            GcActivity::YoungEvacuation
+                | GcActivity::MixedEvacuation
+                | GcActivity::CardScan
+                | GcActivity::Humongous
+                | GcActivity::RemarkCleanup
+                | GcActivity::FullGc
+                | GcActivity::CopyDestination
+                | GcActivity::PauseOther
         )
     }
 }
