@@ -1,12 +1,11 @@
 //! Which class a faulting thread belongs to: Java threads announce themselves through JVMTI
 //! (ThreadStart, VMInit); VM-internal threads are known by their kernel names.
 
-// Unsafe here: gettid(2); each block says why it is sound.
-#![allow(unsafe_code)]
-
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+
+use memliner_cpu::gettid;
 
 use crate::gc_activity::GcActivity;
 use crate::model::{ThreadClass, ThreadClassifier, ThreadKind};
@@ -54,12 +53,6 @@ pub fn kind_by_name(name: &str) -> Option<ThreadKind> {
     } else {
         None
     }
-}
-
-/// The kernel's id of the calling thread.
-pub fn gettid() -> u32 {
-    // SAFETY: gettid has no arguments and cannot fail.
-    unsafe { libc::gettid() as u32 }
 }
 
 /// Thread knowledge shared by the JVMTI callbacks and the fault handlers.

@@ -27,7 +27,8 @@ pub struct PagerConfig {
     pub delivery: FaultDelivery,
     /// Fault-handler threads (with signal delivery one, for events only).
     pub handlers: usize,
-    /// Untouched pages zero-filled behind a first-touch write (allocation runs forward).
+    /// Untouched pages zero-filled behind a first-touch write (allocation runs forward); at
+    /// most 31 (`ZERO_RUN_PAGES` less the faulting page).
     pub fill_ahead: usize,
     /// Pages per reclaim batch (deactivation, write-back).
     pub evict_batch: usize,

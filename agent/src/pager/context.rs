@@ -21,6 +21,16 @@ pub(super) struct AlignedPage(pub [u8; PAGE_SIZE]);
 /// A page of zeros to map from.
 pub(super) static ZERO_PAGE: AlignedPage = AlignedPage([0; PAGE_SIZE]);
 
+/// Most pages one zero fill maps (the faulting page and those filled ahead of it).
+pub(super) const ZERO_RUN_PAGES: usize = 32;
+#[repr(C, align(4096))]
+pub(super) struct ZeroRun(pub [u8; ZERO_RUN_PAGES * PAGE_SIZE]);
+/// Zeros for a fill-ahead run, shared by every thread: a thread serving its own fault has no
+/// buffer that outlives the fault, and allocating 128 KiB of zeros for each (glibc's mmap
+/// threshold: an mmap, 32 zero-page faults inside the copy and an munmap) cost more than the
+/// run saved. Never written: its pages stay the kernel's zero page.
+pub(super) static ZERO_RUN: ZeroRun = ZeroRun([0; ZERO_RUN_PAGES * PAGE_SIZE]);
+
 pub(super) struct Ctx {
     pub uffd: Uffd,
     /// Faulting threads serve their own faults (see `signal`).
