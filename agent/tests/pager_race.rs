@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use memliner_agent::pager::{Pager, PagerConfig, Replacement};
+use memliner_agent::pager::{Pager, PagerConfig, Replacement, Window};
 use swap_backend::{LocalStore, PageStore, PAGE_SIZE};
 
 mod common;
@@ -120,6 +120,61 @@ fn writes_survive_eviction_at_a_tiny_budget() {
     let r = pager.reclaim_counters();
     assert!(r.deactivated_in_pipe.load(Ordering::SeqCst) > 100);
     assert_eq!(r.deactivation_write_protects.load(Ordering::SeqCst), 0);
+}
+
+/// With the sampling window closed (adaptive, at its start: none), a page only read since it
+/// came in is evicted at once when the reclaimer chooses it: no slot, no write-back; its bytes
+/// come back from the store.
+#[test]
+fn clean_pages_are_dropped_at_once_while_the_window_is_closed() {
+    let region = Region::new(128);
+    let pager = start_pager(
+        &region,
+        PagerConfig {
+            handlers: 1,
+            fill_ahead: 3,
+            window: Window::Adaptive,
+            ..common::config(16)
+        },
+        Box::new(LocalStore::new(1 << 20)),
+        Box::new(AllApp),
+    );
+    let value = |p: usize, round: u64| (p as u64) << 8 | round;
+    for p in 0..128 {
+        region.write(p, 0, value(p, 1));
+    }
+    let c = pager.counters();
+    let r = pager.reclaim_counters();
+    let written = c.pages_written.load(Ordering::SeqCst);
+    let dropped = r.dropped_unsampled.load(Ordering::SeqCst);
+    for _ in 0..3 {
+        for p in 0..128 {
+            assert_eq!(region.read(p, 0), value(p, 1), "page {p}");
+        }
+    }
+    assert!(
+        r.dropped_unsampled.load(Ordering::SeqCst) - dropped >= 200,
+        "pages read back and chosen again were not dropped at once ({} then {})",
+        dropped,
+        r.dropped_unsampled.load(Ordering::SeqCst)
+    );
+    // Only the pages still dirty from the writes (at most the budget) were written back.
+    assert!(
+        c.pages_written.load(Ordering::SeqCst) - written <= 16,
+        "pages only read were written back ({} then {})",
+        written,
+        c.pages_written.load(Ordering::SeqCst)
+    );
+    // Written again, they are dirty: deactivated into slots and written back as before.
+    let in_pipe = r.deactivated_in_pipe.load(Ordering::SeqCst);
+    for p in 0..128 {
+        region.write(p, 0, value(p, 2));
+    }
+    for p in 0..128 {
+        assert_eq!(region.read(p, 0), value(p, 2), "page {p}");
+    }
+    assert!(r.deactivated_in_pipe.load(Ordering::SeqCst) > in_pipe);
+    assert!(c.pages_written.load(Ordering::SeqCst) > written);
 }
 
 /// The way a kernel that refuses pipes (or a heap that forks could share) is evicted: every

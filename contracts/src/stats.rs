@@ -350,6 +350,10 @@ pub struct ReclaimDoc {
     /// refuses, go the other way).
     #[serde(default)]
     pub deactivated_in_pipe: u64,
+    /// Clean pages the reclaimer chose while the sampling window was closed (target 0):
+    /// evicted at once, as the store's copy is current, instead of unmapped into a slot.
+    #[serde(default)]
+    pub dropped_unsampled: u64,
     /// Write-protect calls of deactivations (one TLB shootdown each): one per run of dirty
     /// victims not held in a pipe.
     #[serde(default)]
@@ -728,6 +732,7 @@ impl StatsDoc {
                     evicted_pending_card: 7,
                     cold_rereads_kept: 4,
                     deactivated_in_pipe: 300,
+                    dropped_unsampled: 40,
                     deactivation_write_protects: 6,
                     direct_reclaims: 2,
                     direct_dropped: 1,

@@ -328,6 +328,7 @@ fn reclaim_doc(p: &Pager) -> ReclaimDoc {
         cold_rereads_kept: d.cold_rereads_kept,
         evicted_pending_card: ld(&r.evicted_pending_card),
         deactivated_in_pipe: ld(&r.deactivated_in_pipe),
+        dropped_unsampled: ld(&r.dropped_unsampled),
         deactivation_write_protects: ld(&r.deactivation_write_protects),
         direct_reclaims: ld(&r.direct_reclaims),
         direct_dropped: ld(&r.direct_dropped),

@@ -100,6 +100,7 @@ mod tests {
         assert_ne!(other.0, gettid());
         // SAFETY: the child only compares two ids and exits without unwinding.
         match unsafe { libc::fork() } {
+            // SAFETY: _exit ends the child at once, running nothing of the parent's.
             0 => unsafe { libc::_exit(i32::from(gettid() != kernel())) },
             pid => {
                 assert!(pid > 0, "fork failed");
