@@ -932,17 +932,23 @@ impl Reclaimer {
         Evicted::Pages(n + dropped)
     }
 
+    /// Discards claimed mapped pages (one call for their runs); returns their numbers, sorted.
+    fn discard_claimed(&self, claimed: &[(Claim<'_>, bool)]) -> Vec<usize> {
+        let mut pages: Vec<usize> = claimed.iter().map(|(c, _)| c.page()).collect();
+        pages.sort_unstable();
+        if let Err(e) = self.ctx.discard(&os::runs(self.ctx.base, &pages)) {
+            self.ctx.die(&format!("cannot discard heap pages: {e}"));
+        }
+        pages
+    }
+
     /// Evicts claimed `CleanZero` pages at once: discarded and left untouched, no slot, no
     /// write-back. Returns how many.
     fn drop_zeros(&self, zeros: Vec<(Claim<'_>, bool)>) -> usize {
         if zeros.is_empty() {
             return 0;
         }
-        let mut pages: Vec<usize> = zeros.iter().map(|(c, _)| c.page()).collect();
-        pages.sort_unstable();
-        if let Err(e) = self.ctx.discard(&os::runs(self.ctx.base, &pages)) {
-            self.ctx.die(&format!("cannot discard heap pages: {e}"));
-        }
+        let pages = self.discard_claimed(&zeros);
         let mut l = self.lists();
         for &p in &pages {
             l.forget(p);
@@ -965,11 +971,7 @@ impl Reclaimer {
         if clean.is_empty() {
             return 0;
         }
-        let mut pages: Vec<usize> = clean.iter().map(|(c, _)| c.page()).collect();
-        pages.sort_unstable();
-        if let Err(e) = self.ctx.discard(&os::runs(self.ctx.base, &pages)) {
-            self.ctx.die(&format!("cannot discard heap pages: {e}"));
-        }
+        let pages = self.discard_claimed(&clean);
         let n = clean.len();
         let cold = clean.iter().filter(|(_, cold)| *cold).count();
         let unused = pages
