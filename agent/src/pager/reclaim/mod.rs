@@ -90,7 +90,8 @@ pub struct ReclaimCounters {
     /// Faults that found the budget full and reclaimed themselves.
     pub direct_reclaims: AtomicU64,
     /// Of those, and of prefetch workers' own reclaims: pages made room with by dropping an
-    /// inactive page that needed no write-back (see [`Reclaimer::direct`]).
+    /// inactive page that needed no write-back, or (the window closed) a clean or zero page
+    /// dropped when chosen (see [`Reclaimer::direct`]).
     pub direct_dropped: AtomicU64,
     /// Passes of the reclaimer thread.
     pub background_passes: AtomicU64,
@@ -638,7 +639,14 @@ impl Reclaimer {
             self.counters.direct_dropped.fetch_add(1, Ordering::Relaxed);
             return true;
         }
-        matches!(self.make_room(1), Evicted::Pages(_))
+        // While the window is closed the inactive list holds no clean page (they are dropped
+        // when chosen, see `deactivate`): the room comes from that drop, if any.
+        let mut dropped = 0;
+        let made = matches!(self.make_room_dropping(1, &mut dropped), Evicted::Pages(_));
+        if dropped > 0 {
+            self.counters.direct_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        made
     }
 
     fn set_idle(&self, idle: bool) {
@@ -663,6 +671,12 @@ impl Reclaimer {
 
     /// Evicts until `want_free` pages of the budget are free.
     pub fn make_room(&self, want_free: usize) -> Evicted {
+        self.make_room_dropping(want_free, &mut 0)
+    }
+
+    /// `make_room`, adding to `dropped` the pages its deactivations evicted at once (clean or
+    /// all zeros: no slot, no write-back).
+    fn make_room_dropping(&self, want_free: usize, dropped: &mut usize) -> Evicted {
         self.demote_pause_pages(false);
         let pages = self.budget.pages();
         let batch = self.ctx.config.evict_batch.max(1);
@@ -686,7 +700,7 @@ impl Reclaimer {
             let deficit = (target + batch).saturating_sub(have);
             let mut deactivated = 0;
             if deficit >= batch.div_ceil(2) {
-                match self.deactivate(deficit.min(batch)) {
+                match self.deactivate(deficit.min(batch), dropped) {
                     Evicted::Pages(n) => deactivated = n,
                     Evicted::Again => return Evicted::Again,
                     Evicted::NoVictim => {}
@@ -766,8 +780,9 @@ impl Reclaimer {
             .fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    /// Unmaps up to `want` mapped pages into slots, as the lists choose.
-    fn deactivate(&self, want: usize) -> Evicted {
+    /// Unmaps up to `want` mapped pages into slots, as the lists choose (adding to `dropped`
+    /// those it evicts at once instead).
+    fn deactivate(&self, want: usize, dropped_now: &mut usize) -> Evicted {
         let table = &self.ctx.table;
         let mut claims: Vec<Option<Claim<'_>>> = Vec::with_capacity(want);
         let now_ms = self.now_ms();
@@ -811,6 +826,7 @@ impl Reclaimer {
                 .partition(|(c, _)| c.from() == PageState::Clean);
             dropped += self.drop_clean(clean);
         }
+        *dropped_now += dropped;
         let only_dropped = || match dropped {
             0 => Evicted::NoVictim,
             n => Evicted::Pages(n),
