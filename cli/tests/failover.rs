@@ -457,7 +457,12 @@ fn kv_behind(
 /// Checks a finished run: right checksum, no page lost; returns its replication figures.
 fn check_run(out: &RunOutcome, w: Workload, what: &str) -> ReplicationStats {
     assert_eq!(checksum(out, what), reference(w), "{what}: checksum");
-    let stats: &StatsDoc = out.stats.as_ref().expect("stats");
+    let stats: &StatsDoc = out.stats.as_ref().unwrap_or_else(|| {
+        panic!(
+            "{what}: no stats written ({}); stderr:\n{}",
+            out.status, out.stderr
+        )
+    });
     let r = stats
         .pager
         .as_ref()
