@@ -948,6 +948,26 @@ impl Reclaimer {
         Evicted::Pages(n + dropped)
     }
 
+    /// What every eviction tells the sizer, the pressure gauge and the counters: `pages` left,
+    /// `cold` of them cold, and which of them were prefetched and never used.
+    fn note_evicted(&self, pages: impl Iterator<Item = usize>, cold: usize) {
+        let mut n = 0;
+        let mut unused = 0;
+        for p in pages {
+            n += 1;
+            unused += usize::from(self.prefetched.put(p, false));
+        }
+        self.ctx
+            .counters
+            .evicted_cold
+            .fetch_add(cold as u64, Ordering::Relaxed);
+        self.sizer.evicted(n);
+        self.pressure.evicted(n);
+        self.counters
+            .prefetched_evicted_unused
+            .fetch_add(unused as u64, Ordering::Relaxed);
+    }
+
     /// Discards claimed mapped pages (one call for their runs); returns their numbers, sorted.
     fn discard_claimed(&self, claimed: &[(Claim<'_>, bool)]) -> Vec<usize> {
         let mut pages: Vec<usize> = claimed.iter().map(|(c, _)| c.page()).collect();
@@ -989,31 +1009,19 @@ impl Reclaimer {
         }
         let pages = self.discard_claimed(&clean);
         let n = clean.len();
-        let cold = clean.iter().filter(|(_, cold)| *cold).count();
-        let unused = pages
-            .iter()
-            .filter(|&&p| self.prefetched.put(p, false))
-            .count();
         let mut l = self.lists();
         for &p in &pages {
             l.evicted(p);
         }
         drop(l);
-        let counters = &self.ctx.counters;
-        counters
+        self.note_evicted(pages.iter().copied(), clean.iter().filter(|v| v.1).count());
+        self.ctx
+            .counters
             .evicted_clean
             .fetch_add(n as u64, Ordering::Relaxed);
-        counters
-            .evicted_cold
-            .fetch_add(cold as u64, Ordering::Relaxed);
         self.counters
             .dropped_unsampled
             .fetch_add(n as u64, Ordering::Relaxed);
-        self.counters
-            .prefetched_evicted_unused
-            .fetch_add(unused as u64, Ordering::Relaxed);
-        self.sizer.evicted(n);
-        self.pressure.evicted(n);
         for (c, _) in clean {
             debug_assert!(self.ctx.table.is_stored(c.page()));
             c.finish(PageState::Remote);
@@ -1081,20 +1089,7 @@ impl Reclaimer {
             return Evicted::NoVictim;
         }
         let n = clean.len() + dirty.len();
-        self.ctx
-            .counters
-            .evicted_cold
-            .fetch_add(cold as u64, Ordering::Relaxed);
-        self.sizer.evicted(n);
-        self.pressure.evicted(n);
-        let unused = clean
-            .iter()
-            .chain(&dirty)
-            .filter(|c| self.prefetched.put(c.page(), false))
-            .count();
-        self.counters
-            .prefetched_evicted_unused
-            .fetch_add(unused as u64, Ordering::Relaxed);
+        self.note_evicted(clean.iter().chain(&dirty).map(|c| c.page()), cold);
         // Clean: the store's copy is current (or the page is all zeros and never stored).
         let mut freed = Vec::with_capacity(clean.len());
         for c in clean {
