@@ -78,6 +78,9 @@ pub enum Mode {
     /// heap under the same limit (the kernel run's peak heap RSS): the kernel also swaps out
     /// the JVM's cold memory beside the heap and gives the room to the heap.
     MemlinerKernelHeap,
+    /// `memliner-at-kernel-heap` with the in-process store (Java workloads): the pager at the
+    /// kernel's heap memory without the co-located server's wakes.
+    MemlinerInProcessKernelHeap,
     /// `policy=memliner` serving `/metrics` (`metrics=127.0.0.1:0`), scraped every second
     /// by the bench while it runs: what watching a JVM costs it.
     MemlinerScraped,
@@ -110,6 +113,7 @@ impl Mode {
             Mode::MemlinerTcp => "memliner-tcp",
             Mode::MemlinerReplicated => "memliner-replicated",
             Mode::MemlinerKernelHeap => "memliner-at-kernel-heap",
+            Mode::MemlinerInProcessKernelHeap => "memliner-in-process-at-kernel-heap",
             Mode::MemlinerScraped => "memliner-scraped",
             Mode::MemlinerInProcessNoPauseReads => "memliner-in-process-no-pause-reads",
             Mode::MemlinerInProcessNoCardHold => "memliner-in-process-no-card-hold",
@@ -474,6 +478,9 @@ fn plan(cfg: &BenchConfig) -> Vec<Planned> {
                         out.push(p(Mode::Kernel, local));
                         if !cfg.kernel_only {
                             out.push(p(Mode::MemlinerKernelHeap, local));
+                            if java {
+                                out.push(p(Mode::MemlinerInProcessKernelHeap, local));
+                            }
                         }
                     }
                 }
@@ -606,7 +613,9 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                     }
                 }
             }
-            Mode::MemlinerKernelHeap if !records.iter().any(|r| kernel_heap_of(r, p).is_some()) => {
+            Mode::MemlinerKernelHeap | Mode::MemlinerInProcessKernelHeap
+                if !records.iter().any(|r| kernel_heap_of(r, p).is_some()) =>
+            {
                 skipped(p, "the kernel run under the same limit did not finish")
             }
             _ => {
@@ -614,7 +623,10 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 if let (true, Some(l)) = (rc.agent, &cfg.emulate_latency) {
                     rc.options.set("latency", l).map_err(|e| e.to_string())?;
                 }
-                if p.mode == Mode::MemlinerKernelHeap {
+                if matches!(
+                    p.mode,
+                    Mode::MemlinerKernelHeap | Mode::MemlinerInProcessKernelHeap
+                ) {
                     if let Some(heap) = records.iter().find_map(|r| kernel_heap_of(r, p)) {
                         rc.options.budget = Budget::Bytes(heap as u64 / 1024 * 1024);
                     }
@@ -897,7 +909,9 @@ fn run_config(p: &Planned, spark: bool) -> RunConfig {
         Mode::MemlinerClassStreams => base.with(|o| o.streams = Streams::Class),
         Mode::MemlinerFifo => base.with(|o| o.reclaim = Reclaim::Fifo),
         // `server=local`: pages in the JVM's own memory.
-        Mode::MemlinerInProcess => base.with(|o| o.server_given = true),
+        Mode::MemlinerInProcess | Mode::MemlinerInProcessKernelHeap => {
+            base.with(|o| o.server_given = true)
+        }
         Mode::MemlinerInProcessNoPauseReads => base.with(|o| {
             o.server_given = true;
             o.pause_reads = PauseReads::Off;
