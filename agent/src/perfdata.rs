@@ -88,6 +88,11 @@ impl PauseCounters {
         kind
     }
 
+    /// Whether the counters tell G1's concurrent cycle pauses (so its cycles' ends).
+    pub fn tells_cycles(&self) -> bool {
+        self.concurrent.is_some()
+    }
+
     /// Whether G1's last concurrent-cycle pause was a remark: its marking threads are
     /// rebuilding remembered sets until the cleanup pause.
     pub fn rebuilding(&self) -> bool {

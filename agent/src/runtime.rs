@@ -448,6 +448,9 @@ fn start_paging(rt: &'static Runtime) -> Result<(), String> {
     }
     let _ = rt.pager.set(pager);
     if let Some(p) = rt.pager.get() {
+        if rt.pause_counters.get().is_some_and(|c| c.tells_cycles()) {
+            p.concurrent_cycle_ends_known();
+        }
         // Refinement's cards are read ahead under card_hold, which holds them while dirty.
         hooks::attach(p, rt.options.holds_cards());
         let order = rt
@@ -618,14 +621,22 @@ unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
     guarded("GarbageCollectionFinish", || {
         if let Some(rt) = RUNTIME.get() {
             rt.threads.set_in_pause(false);
-            let (kind, rebuilding) = rt
-                .pause_counters
-                .get()
-                .map_or((gc_activity::PauseKind::Incremental, false), |c| {
-                    (c.pause_ended(), c.rebuilding())
-                });
+            let (kind, rebuilding, cycle_ended) = rt.pause_counters.get().map_or(
+                (gc_activity::PauseKind::Incremental, false, false),
+                |c| {
+                    let was = c.rebuilding();
+                    let kind = c.pause_ended();
+                    let now = c.rebuilding();
+                    // The cleanup ends the rebuild and the cycle; a full collection aborts it.
+                    let ended = kind == gc_activity::PauseKind::Full || (was && !now);
+                    (kind, now, ended)
+                },
+            );
             rt.threads.set_rebuilding(rebuilding);
             if let Some(p) = rt.pager.get() {
+                if cycle_ended {
+                    p.concurrent_cycle_ended();
+                }
                 let mut dead = Vec::new();
                 let mut after = gc_activity::RegionMap::default();
                 if let Some(l) = rt.layout.get() {

@@ -154,7 +154,11 @@ pub struct PagerDoc {
     /// Reclaim passes that found every charged page in flight.
     pub reclaim_found_all_in_flight: u64,
     pub cold: ColdDoc,
+    /// Concurrent GC cycles whose threads read a remote page: from a marking (or other cycle
+    /// work's) fault to G1's cleanup where the JVM's counters say it, else to 100 ms without
+    /// such a fault. Refinement is not cycle work.
     pub concurrent_cycles: u64,
+    /// The application's faults while such a cycle was under way.
     pub app_faults_in_concurrent_cycle: u64,
     pub latency: LatencyDoc,
     pub reclaim: ReclaimDoc,

@@ -38,8 +38,9 @@ pub struct PagerCounters {
     pub evicted_cold: AtomicU64,
     /// Pages a stop-the-world pause brought in, made cold when it ended.
     pub demoted_after_pause: AtomicU64,
-    /// Concurrent GC cycles seen in the concurrent GC threads' fault stream (a gap of more
-    /// than [`crate::pager::CYCLE_GAP`] between their faults starts a new cycle).
+    /// Concurrent GC cycles seen in the concurrent GC threads' fault stream (see
+    /// `phases`: to the cycle's end where the JVM says it, else to a quiet gap of
+    /// [`crate::pager::CYCLE_GAP`]).
     pub concurrent_cycles: AtomicU64,
     /// Faults by application threads while a concurrent cycle was active.
     pub app_faults_in_concurrent_cycle: AtomicU64,

@@ -317,7 +317,9 @@ impl<'a> Handler<'a> {
                     return;
                 };
                 let (class, activity) = self.class_of(tid);
-                self.p.phases.note_fault(class, &self.p.ctx.counters);
+                self.p
+                    .phases
+                    .note_fault(class, activity, &self.p.ctx.counters);
                 let f = Fault {
                     ev,
                     page,

@@ -466,6 +466,17 @@ impl Pager {
         self.parts.attribution.attributed()
     }
 
+    /// The JVM says when its concurrent cycles end (G1's performance counters): the stats'
+    /// cycles run from a marking fault to `concurrent_cycle_ended`, not to a quiet gap.
+    pub fn concurrent_cycle_ends_known(&self) {
+        self.parts.phases.cycle_ends_known();
+    }
+
+    /// The concurrent cycle under way ended (G1's cleanup pause, or a full collection).
+    pub fn concurrent_cycle_ended(&self) {
+        self.parts.phases.cycle_ended();
+    }
+
     /// A patched collector started (true) or finished (false) concurrent marking (gc-hooks):
     /// the concurrent GC threads' remote faults are counted apart meanwhile.
     pub fn set_marking(&self, on: bool) {
