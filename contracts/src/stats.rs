@@ -334,17 +334,6 @@ pub struct ReclaimDoc {
     /// Active pages that passed the front and stayed on heat (refaulted soon after eviction).
     #[serde(default)]
     pub heat_rotations: u64,
-    /// Refaults within a sixteenth of a budget of their eviction: of pages that had left the
-    /// active list (a longer one would have kept them), and of pages evicted from probation
-    /// without being active (a longer probation would have). They move the lists' shares.
-    #[serde(default)]
-    pub active_refaults: u64,
-    #[serde(default)]
-    pub probation_refaults: u64,
-    /// Probation + inactive's share of the mapped lists at the end, adapted between 1/16 and
-    /// 1/2 by those refaults (the kernel's 1/4 at the start).
-    #[serde(default)]
-    pub probation_share: f64,
     /// Refault distances, in fractions and multiples of the budget.
     pub refault_distance: Vec<DistanceBucketDoc>,
     /// Prefetched pages evicted without a use seen since they came.
@@ -732,9 +721,6 @@ impl StatsDoc {
                     referenced_activations: 40,
                     aged: 100,
                     heat_rotations: 10,
-                    active_refaults: 3,
-                    probation_refaults: 4,
-                    probation_share: 0.25,
                     refault_distance: vec![
                         DistanceBucketDoc {
                             below_budgets: Some(0.0625),

@@ -75,7 +75,7 @@ pub use config::{FatalFn, PagerConfig, Replacement, Window};
 pub use counters::{Latencies, LatencyBuckets, PagerCounters, Role, CYCLE_GAP, LATENCY_BOUNDS_NS};
 use pause_reads::PauseReads;
 pub use pause_reads::{CardReader, SCAN_AHEAD};
-pub use reclaim::{CardCheck, Decisions, ListSample, ReclaimCounters, DISTANCE_BUCKETS, SHARE_ONE};
+pub use reclaim::{CardCheck, Decisions, ListSample, ReclaimCounters, DISTANCE_BUCKETS};
 
 use context::Ctx;
 use page_table::budget::Budget;

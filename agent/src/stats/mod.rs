@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::gc_activity::{GcActivity, PauseKind};
 use crate::model::{FaultKind, ThreadClass};
-use crate::pager::{Pager, Role, SHARE_ONE};
+use crate::pager::{Pager, Role};
 
 // The document itself is a contract the command reads: defined in the contracts crate.
 pub use memliner_contracts::stats as doc;
@@ -313,9 +313,6 @@ fn reclaim_doc(p: &Pager) -> ReclaimDoc {
         referenced_activations: d.referenced_activations,
         aged: d.aged,
         heat_rotations: d.heat_rotations,
-        active_refaults: d.active_refaults,
-        probation_refaults: d.probation_refaults,
-        probation_share: d.probation_share as f64 / SHARE_ONE as f64,
         // Bucket i holds distances below budget * 2^(i - 4) (the last: the rest).
         refault_distance: d
             .distance_histogram

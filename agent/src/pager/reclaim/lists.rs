@@ -38,13 +38,9 @@
 //!
 //! # Sizes
 //! The inactive list (unmapped) has a target the sizer balances between the local faults that
-//! sampling costs and the remote faults it saves (`sizing`). Probation plus inactive start at
-//! a quarter of the mapped lists, as the kernel's `inactive_is_low` keeps them (see
-//! [`inactive_ratio`]), and their share then follows the refaults (as ARC's target does): one
-//! soon after its eviction of a page that had left the active list asks for a longer active
-//! list, one of a page that went straight through probation for a longer probation (see
-//! [`Lists::adapt`]). No fixed share suits every load: a third of the active list suits a
-//! skewed key-value cache, a fifteenth a random walk over a graph.
+//! sampling costs and the remote faults it saves (`sizing`). Probation plus inactive is kept at
+//! least `1 / ratio` of the active list, as the kernel's `inactive_is_low` (see
+//! [`inactive_ratio`]).
 //!
 //! # Heat
 //! A refault soon after eviction earns heat (see [`heat_after`]): aging passes a hot active
@@ -182,15 +178,6 @@ pub struct Decisions {
     /// Pages admitted cold unless reread (`Admit::ColdUnlessReread`) that refaulted within the
     /// working set: on probation instead.
     pub cold_rereads_kept: u64,
-    /// Refaults within a budget of their eviction of pages that had left the active list (a
-    /// longer one would have kept them) and of pages evicted from probation without being
-    /// active (a longer probation would have): what adapts the lists' shares.
-    pub active_refaults: u64,
-    pub probation_refaults: u64,
-    /// Probation + inactive are kept at least this share of the mapped lists (cold and held
-    /// pages aside), in [`SHARE_ONE`]ths: adapted by the refaults that a longer list of
-    /// either kind would have saved (see [`Lists::adapt`]).
-    pub probation_share: usize,
     /// Refault distances, in powers of two of the budget: bucket `i` counts distances in
     /// `[budget * 2^(i-4), budget * 2^(i-3))` (bucket 0: below budget/16, the last: 8x and
     /// more).
@@ -220,55 +207,10 @@ pub struct Lists {
     /// Pages that left the (kernel's) inactive list: evictions and activations.
     clock: u64,
     budget: usize,
-    /// Pages that left the active list (aged or unmapped from it) since they were admitted,
-    /// one bit a page: a refault of one, soon, asks for a longer active list.
-    left_active: Bits,
-    /// Pages evicted cold (the policy's or not used since it made them cold), one bit a page:
-    /// their eviction did not depend on the lists' shares, so their refaults say nothing of
-    /// them.
-    evicted_cold: Bits,
+    /// Probation + inactive are kept at least `active / ratio`.
+    ratio: usize,
     pub decisions: Decisions,
 }
-
-/// One bit a page.
-struct Bits(Box<[u64]>);
-
-impl Bits {
-    fn new(n: usize) -> Bits {
-        Bits(vec![0; n.div_ceil(64)].into())
-    }
-
-    fn set(&mut self, p: usize, on: bool) {
-        let (w, b) = (p / 64, 1u64 << (p % 64));
-        if on {
-            self.0[w] |= b;
-        } else {
-            self.0[w] &= !b;
-        }
-    }
-
-    fn get(&self, p: usize) -> bool {
-        self.0[p / 64] & (1 << (p % 64)) != 0
-    }
-
-    /// The bit of `p`, cleared.
-    fn take(&mut self, p: usize) -> bool {
-        let on = self.get(p);
-        self.set(p, false);
-        on
-    }
-}
-
-/// A refault adapts the shares when it comes back within `budget / MARGIN` of its eviction:
-/// what either list growing by that much would have saved (the marginal hits of each).
-const MARGIN: usize = 16;
-
-/// The unit of [`Decisions::probation_share`].
-pub const SHARE_ONE: usize = 1 << 16;
-/// Bounds of the adapted share: probation + inactive between a sixteenth and half of the
-/// mapped lists (the kernel's active:inactive ratio 15 to 1).
-pub const MIN_SHARE: usize = SHARE_ONE / 16;
-pub const MAX_SHARE: usize = SHARE_ONE / 2;
 
 impl fmt::Debug for Lists {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -278,7 +220,6 @@ impl fmt::Debug for Lists {
             .field("active", &self.len(List::Active))
             .field("inactive", &self.len(List::Inactive))
             .field("clock", &self.clock)
-            .field("probation_share", &self.decisions.probation_share)
             .finish()
     }
 }
@@ -341,12 +282,8 @@ impl Lists {
             }; 5],
             clock: 1,
             budget: budget_pages.max(1),
-            left_active: Bits::new(npages),
-            evicted_cold: Bits::new(npages),
-            decisions: Decisions {
-                probation_share: SHARE_ONE / (inactive_ratio(budget_pages) + 1),
-                ..Decisions::default()
-            },
+            ratio: inactive_ratio(budget_pages),
+            decisions: Decisions::default(),
         }
     }
 
@@ -385,8 +322,7 @@ impl Lists {
 
     /// Whether probation + inactive are short of their share next to the active list.
     pub fn inactive_is_low(&self) -> bool {
-        let inactive = self.len(List::Probation) + self.len(List::Inactive);
-        inactive * SHARE_ONE < self.decisions.probation_share * (inactive + self.len(List::Active))
+        (self.len(List::Probation) + self.len(List::Inactive)) * self.ratio < self.len(List::Active)
     }
 
     fn unlink(&mut self, p: usize) {
@@ -468,20 +404,12 @@ impl Lists {
     /// Page `p` just became mapped (a fault, a prefetch, a fill-ahead, an adoption); `refault`
     /// says whether it was fetched from the store, which is when its shadow decides.
     pub fn admit(&mut self, p: usize, how: Admit, refault: bool) -> Refault {
-        let (left_active, evicted_cold) = (self.left_active.take(p), self.evicted_cold.take(p));
         let judged = if refault {
             self.judge_refault(p)
         } else {
             self.shadow[p] = 0;
             Refault::First
         };
-        if let (Admit::Normal, Refault::Workingset { distance } | Refault::Distant { distance }) =
-            (how, judged)
-        {
-            if !evicted_cold && distance <= (self.budget / MARGIN) as u64 {
-                self.adapt(left_active);
-            }
-        }
         if let Refault::Workingset { distance } | Refault::Distant { distance } = judged {
             self.set_heat(p, heat_after(self.heat(p), distance, self.budget));
         }
@@ -499,24 +427,6 @@ impl Lists {
             _ => self.push_back(List::Probation, p),
         }
         judged
-    }
-
-    /// A page the application needs again came back within a budget of its eviction. Had
-    /// it left the active list, a longer active list would have kept it; had it gone
-    /// straight through probation, a longer probation would have. Each such refault moves
-    /// the share one unit its way (ARC's adaptation between recency and frequency, Megiddo
-    /// and Modha, FAST'03): a random walk over a hot set asks for a long active list (graph
-    /// at 25% of 1 GiB: 6-12% fewer application faults with a ratio of 5-8 than 3), a
-    /// skewed key-value load for the kernel's proportions.
-    fn adapt(&mut self, left_active: bool) {
-        let d = &mut self.decisions;
-        if left_active {
-            d.active_refaults += 1;
-            d.probation_share = d.probation_share.saturating_sub(1).max(MIN_SHARE);
-        } else {
-            d.probation_refaults += 1;
-            d.probation_share = (d.probation_share + 1).min(MAX_SHARE);
-        }
     }
 
     fn judge_refault(&mut self, p: usize) -> Refault {
@@ -669,7 +579,6 @@ impl Lists {
                 continue;
             }
             self.decisions.aged += 1;
-            self.left_active.set(p, true);
             self.push_back(List::Probation, p);
         }
     }
@@ -741,9 +650,6 @@ impl Lists {
             match claim(p, self.may_hold(p, holds)) {
                 Try::Taken => {
                     self.unlink(p);
-                    if list == List::Active {
-                        self.left_active.set(p, true);
-                    }
                     out.push((p, list == List::Cold));
                 }
                 Try::Busy | Try::Pass => {}
@@ -833,7 +739,6 @@ impl Lists {
     pub fn evicted(&mut self, p: usize) {
         self.unlink(p);
         self.held_since[p] = 0;
-        self.evicted_cold.set(p, self.flag(p, COLD));
         self.set_flag(p, COLD, false);
         self.shadow[p] = (self.clock as u32).max(1);
         self.clock += 1;
@@ -843,8 +748,6 @@ impl Lists {
     pub fn forget(&mut self, p: usize) {
         self.unlink(p);
         self.held_since[p] = 0;
-        self.left_active.set(p, false);
-        self.evicted_cold.set(p, false);
         self.set_flag(p, COLD, false);
         self.shadow[p] = 0;
         self.set_heat(p, 0);
@@ -1312,82 +1215,14 @@ mod tests {
         }
         assert_eq!(l.front(List::Active), Some(0));
         l.age();
-        // The oldest active page is hot: it goes round once, and those behind it go (three,
-        // and a fourth: the refault moved the share a unit towards probation).
+        // The oldest active page is hot: it goes round once, and the three behind it go.
         assert_eq!(l.list_of(0), List::Active);
         assert_eq!(l.decisions.heat_rotations, 1);
-        assert_eq!(
-            l.iter(List::Probation).take(3).collect::<Vec<_>>(),
-            vec![1, 2, 3]
-        );
+        assert_eq!(l.iter(List::Probation).collect::<Vec<_>>(), vec![1, 2, 3]);
         // Dropped as dead: its heat goes with its contents.
         l.forget(0);
         l.admit(0, Admit::Normal, false);
         assert_eq!(l.heat(0), 0);
-    }
-
-    #[test]
-    fn refaults_soon_after_eviction_move_the_share_towards_the_list_that_would_have_kept_them() {
-        let mut l = Lists::new(4096, 1600); // ratio 3; a refault adapts within 100 evictions
-        let start = SHARE_ONE / 4;
-        assert_eq!(l.decisions.probation_share, start);
-        // Evicted from probation, back soon: a longer probation would have kept it.
-        out_and_back(&mut l, 0, Admit::Normal, 1..10);
-        assert_eq!(l.decisions.probation_share, start + 1);
-        // Aged off the active list, back soon: a longer active list would have kept it.
-        for p in 100..112 {
-            l.admit(p, Admit::Normal, false);
-            l.reactivated(p, true);
-        }
-        l.age();
-        let aged = l.front(List::Probation).unwrap();
-        l.evicted(aged);
-        l.admit(aged, Admit::Normal, true);
-        assert_eq!(l.decisions.probation_share, start);
-        assert_eq!(
-            (l.decisions.probation_refaults, l.decisions.active_refaults),
-            (1, 1)
-        );
-        // A page taken for unmapping straight off the active list counts as aged.
-        let oldest = l.front(List::Active).unwrap();
-        let taken = l.take_for_deactivation(
-            1,
-            0,
-            |p, _| {
-                if p == oldest {
-                    Try::Taken
-                } else {
-                    Try::Busy
-                }
-            },
-        );
-        assert_eq!(taken, vec![(oldest, false)]);
-        l.deactivated(oldest, false);
-        l.evicted(oldest);
-        l.admit(oldest, Admit::Normal, true);
-        assert_eq!(l.decisions.probation_share, start - 1);
-        // Moved by none of: a cold page's refault (its eviction did not depend on the
-        // shares), a distant one, a speculative or cold admission, a page dropped as dead.
-        l.admit(200, Admit::Cold, false);
-        l.remove(200);
-        l.deactivated(200, true);
-        l.evicted(200);
-        l.admit(200, Admit::Normal, true);
-        out_and_back(&mut l, 201, Admit::Normal, 300..500);
-        out_and_back(&mut l, 202, Admit::Speculative, 500..501);
-        out_and_back(&mut l, 203, Admit::ColdUnlessReread, 501..502);
-        l.admit(204, Admit::Normal, false);
-        l.evicted(204);
-        l.forget(204);
-        l.admit(204, Admit::Normal, true);
-        assert_eq!(l.decisions.probation_share, start - 1);
-        // Bounded: probation + inactive between a sixteenth and a half.
-        for p in 1000..1000 + SHARE_ONE {
-            l.admit(p % 4096, Admit::Normal, false);
-            l.evicted(p % 4096);
-            l.admit(p % 4096, Admit::Normal, true);
-        }
-        assert_eq!(l.decisions.probation_share, MAX_SHARE);
     }
 
     #[test]

@@ -49,7 +49,7 @@ use super::page_table::{Claim, PageState};
 use super::phases::Phases;
 use crate::policy::Admission;
 
-pub use self::lists::{Decisions, List, DISTANCE_BUCKETS, SHARE_ONE};
+pub use self::lists::{Decisions, List, DISTANCE_BUCKETS};
 
 /// What one reclaim step achieved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
