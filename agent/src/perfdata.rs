@@ -24,6 +24,14 @@ use crate::gc_activity::PauseKind;
 /// `PerfDataPrologue::magic`, as the bytes read on a little-endian machine.
 const MAGIC: u32 = 0xc0c0_feca;
 
+/// What the performance counters say of a pause that ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PauseEnd {
+    pub kind: PauseKind,
+    /// It ended G1's concurrent cycle under way (its cleanup, or a full collection).
+    pub cycle_ended: bool,
+}
+
 /// The collector counters of one JVM.
 #[derive(Debug)]
 pub struct PauseCounters {
@@ -72,8 +80,8 @@ impl PauseCounters {
         (self.read(self.full), self.read(self.concurrent))
     }
 
-    /// The kind of the pause ending now (call from its GarbageCollectionFinish).
-    pub fn pause_ended(&self) -> PauseKind {
+    /// What the pause ending now was (call from its GarbageCollectionFinish).
+    pub fn pause_ended(&self) -> PauseEnd {
         let now = self.values();
         let mut last = self.last.lock().unwrap();
         let before = std::mem::replace(&mut last.0, now);
@@ -84,8 +92,10 @@ impl PauseCounters {
         } else {
             PauseKind::Incremental
         };
-        last.1 = rebuilding_after(last.1, kind, now.1.wrapping_sub(before.1));
-        kind
+        let cycle_pauses = now.1.wrapping_sub(before.1);
+        let cycle_ended = cycle_ended(last.1, kind, cycle_pauses);
+        last.1 = rebuilding_after(last.1, kind, cycle_pauses);
+        PauseEnd { kind, cycle_ended }
     }
 
     /// Whether the counters tell G1's concurrent cycle pauses (so its cycles' ends).
@@ -97,6 +107,17 @@ impl PauseCounters {
     /// rebuilding remembered sets until the cleanup pause.
     pub fn rebuilding(&self) -> bool {
         self.last.lock().unwrap().1
+    }
+}
+
+/// Whether a pause of `kind` that counted `cycle_pauses` concurrent-cycle pauses, G1
+/// rebuilding before it or not (`was`), ended a concurrent cycle: a full collection aborts
+/// one; the cleanup (the pause after a remark) ends it.
+fn cycle_ended(was: bool, kind: PauseKind, cycle_pauses: u64) -> bool {
+    match kind {
+        PauseKind::Full => true,
+        PauseKind::RemarkCleanup => cycle_pauses >= if was { 1 } else { 2 },
+        PauseKind::Incremental => false,
     }
 }
 
@@ -252,6 +273,22 @@ mod tests {
         assert_eq!(seen, [false, true, true, false, false, true, false]);
         // Both pauses of a cycle seen at one pause's end: not rebuilding after them.
         assert!(!rebuilding_after(false, RemarkCleanup, 2));
+    }
+
+    #[test]
+    fn a_cycle_ends_at_its_cleanup_or_a_full_collection() {
+        use PauseKind::*;
+        assert!(!cycle_ended(false, RemarkCleanup, 1), "a remark");
+        assert!(cycle_ended(true, RemarkCleanup, 1), "the cleanup after it");
+        assert!(
+            cycle_ended(false, RemarkCleanup, 2),
+            "both at one pause's end"
+        );
+        assert!(
+            !cycle_ended(true, Incremental, 0),
+            "a young pause in the rebuild"
+        );
+        assert!(cycle_ended(false, Full, 0) && cycle_ended(true, Full, 0));
     }
 
     /// This test process has no JVM: no file, and the reason names the path.

@@ -621,20 +621,20 @@ unsafe extern "C" fn on_gc_finish(_: *mut jvmti::JvmtiEnv) {
     guarded("GarbageCollectionFinish", || {
         if let Some(rt) = RUNTIME.get() {
             rt.threads.set_in_pause(false);
-            let (kind, rebuilding, cycle_ended) = rt.pause_counters.get().map_or(
-                (gc_activity::PauseKind::Incremental, false, false),
-                |c| {
-                    let was = c.rebuilding();
-                    let kind = c.pause_ended();
-                    let now = c.rebuilding();
-                    // The cleanup ends the rebuild and the cycle; a full collection aborts it.
-                    let ended = kind == gc_activity::PauseKind::Full || (was && !now);
-                    (kind, now, ended)
-                },
+            let (end, rebuilding) = rt.pause_counters.get().map_or(
+                (
+                    perfdata::PauseEnd {
+                        kind: gc_activity::PauseKind::Incremental,
+                        cycle_ended: false,
+                    },
+                    false,
+                ),
+                |c| (c.pause_ended(), c.rebuilding()),
             );
+            let kind = end.kind;
             rt.threads.set_rebuilding(rebuilding);
             if let Some(p) = rt.pager.get() {
-                if cycle_ended {
+                if end.cycle_ended {
                     p.concurrent_cycle_ended();
                 }
                 let mut dead = Vec::new();

@@ -28,7 +28,8 @@ pub(super) struct Phases {
     /// Pauses the JVM reported finished, and those whose pages were made cold.
     pauses_ended: AtomicU64,
     pauses_demoted: AtomicU64,
-    /// Nanoseconds since `epoch` of the last concurrent GC thread fault doing cycle work.
+    /// Nanoseconds since `epoch` of the last concurrent GC thread fault doing cycle work
+    /// (followed while the JVM does not say when cycles end).
     last_concurrent_fault: AtomicU64,
     /// The JVM says when its concurrent cycles end ([`Phases::cycle_ended`]).
     ends_known: AtomicBool,
@@ -86,16 +87,18 @@ impl Phases {
         counters: &PagerCounters,
     ) {
         self.note_fault_at(
-            self.epoch.elapsed().as_nanos() as u64,
+            || self.epoch.elapsed().as_nanos() as u64,
             class,
             activity,
             counters,
         );
     }
 
+    /// `now`: nanoseconds since `epoch`, asked for only where a quiet gap ends cycles (this
+    /// runs on every fault).
     fn note_fault_at(
         &self,
-        now: u64,
+        now: impl Fn() -> u64,
         class: ThreadClass,
         activity: Option<GcActivity>,
         counters: &PagerCounters,
@@ -104,10 +107,11 @@ impl Phases {
         let known = self.ends_known.load(Ordering::Relaxed);
         match class {
             ThreadClass::GcConcurrent if activity != Some(GcActivity::ConcurrentRefinement) => {
-                let last = self.last_concurrent_fault.swap(now, Ordering::Relaxed);
                 let starts = if known {
                     !self.cycle_open.swap(true, Ordering::Relaxed)
                 } else {
+                    let now = now();
+                    let last = self.last_concurrent_fault.swap(now, Ordering::Relaxed);
                     last == 0 || now.saturating_sub(last) > gap
                 };
                 if starts {
@@ -119,7 +123,7 @@ impl Phases {
                     self.cycle_open.load(Ordering::Relaxed)
                 } else {
                     let last = self.last_concurrent_fault.load(Ordering::Relaxed);
-                    last != 0 && now.saturating_sub(last) <= gap
+                    last != 0 && now().saturating_sub(last) <= gap
                 };
                 if open {
                     counters
@@ -170,25 +174,25 @@ mod tests {
             Some(GcActivity::ConcurrentMark),
             Some(GcActivity::ConcurrentRefinement),
         );
-        p.note_fault_at(MS, ThreadClass::GcConcurrent, refine, &c);
-        p.note_fault_at(2 * MS, ThreadClass::Application, None, &c);
+        p.note_fault_at(|| MS, ThreadClass::GcConcurrent, refine, &c);
+        p.note_fault_at(|| 2 * MS, ThreadClass::Application, None, &c);
         assert_eq!(counts(&c), (0, 0), "refinement runs between cycles");
         // Marking, stopped 500 ms by young pauses twice, then the rebuild: one cycle.
-        p.note_fault_at(10 * MS, ThreadClass::GcConcurrent, mark, &c);
-        p.note_fault_at(510 * MS, ThreadClass::GcConcurrent, mark, &c);
-        p.note_fault_at(600 * MS, ThreadClass::Application, None, &c);
+        p.note_fault_at(|| 10 * MS, ThreadClass::GcConcurrent, mark, &c);
+        p.note_fault_at(|| 510 * MS, ThreadClass::GcConcurrent, mark, &c);
+        p.note_fault_at(|| 600 * MS, ThreadClass::Application, None, &c);
         let rebuild = Some(GcActivity::RemsetRebuild);
-        p.note_fault_at(1_100 * MS, ThreadClass::GcConcurrent, rebuild, &c);
+        p.note_fault_at(|| 1_100 * MS, ThreadClass::GcConcurrent, rebuild, &c);
         assert_eq!(counts(&c), (1, 1));
         p.cycle_ended();
-        p.note_fault_at(1_101 * MS, ThreadClass::Application, None, &c);
-        p.note_fault_at(1_102 * MS, ThreadClass::GcConcurrent, refine, &c);
+        p.note_fault_at(|| 1_101 * MS, ThreadClass::Application, None, &c);
+        p.note_fault_at(|| 1_102 * MS, ThreadClass::GcConcurrent, refine, &c);
         assert_eq!(
             counts(&c),
             (1, 1),
             "after the cleanup, no cycle until marking faults"
         );
-        p.note_fault_at(1_103 * MS, ThreadClass::GcConcurrent, mark, &c);
+        p.note_fault_at(|| 1_103 * MS, ThreadClass::GcConcurrent, mark, &c);
         assert_eq!(counts(&c), (2, 1));
     }
 
@@ -196,16 +200,16 @@ mod tests {
     fn without_the_jvm_saying_a_quiet_gap_ends_a_cycle() {
         let (p, c) = (Phases::new(16), PagerCounters::default());
         let other = Some(GcActivity::ConcurrentOther);
-        p.note_fault_at(MS, ThreadClass::GcConcurrent, other, &c);
-        p.note_fault_at(50 * MS, ThreadClass::Application, None, &c);
-        p.note_fault_at(60 * MS, ThreadClass::GcConcurrent, other, &c);
+        p.note_fault_at(|| MS, ThreadClass::GcConcurrent, other, &c);
+        p.note_fault_at(|| 50 * MS, ThreadClass::Application, None, &c);
+        p.note_fault_at(|| 60 * MS, ThreadClass::GcConcurrent, other, &c);
         assert_eq!(counts(&c), (1, 1));
-        p.note_fault_at(300 * MS, ThreadClass::Application, None, &c);
-        p.note_fault_at(301 * MS, ThreadClass::GcConcurrent, other, &c);
+        p.note_fault_at(|| 300 * MS, ThreadClass::Application, None, &c);
+        p.note_fault_at(|| 301 * MS, ThreadClass::GcConcurrent, other, &c);
         assert_eq!(counts(&c), (2, 1));
         let refine = Some(GcActivity::ConcurrentRefinement);
-        p.note_fault_at(900 * MS, ThreadClass::GcConcurrent, refine, &c);
-        p.note_fault_at(901 * MS, ThreadClass::Application, None, &c);
+        p.note_fault_at(|| 900 * MS, ThreadClass::GcConcurrent, refine, &c);
+        p.note_fault_at(|| 901 * MS, ThreadClass::Application, None, &c);
         assert_eq!(
             counts(&c),
             (2, 1),

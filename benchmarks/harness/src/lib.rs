@@ -96,6 +96,14 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Runs whose budget is the heap memory the kernel left the heap (its run comes first).
+    pub fn at_kernel_heap(self) -> bool {
+        matches!(
+            self,
+            Mode::MemlinerKernelHeap | Mode::MemlinerInProcessKernelHeap
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Mode::NoAgent => "no-agent",
@@ -613,9 +621,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                     }
                 }
             }
-            Mode::MemlinerKernelHeap | Mode::MemlinerInProcessKernelHeap
-                if !records.iter().any(|r| kernel_heap_of(r, p).is_some()) =>
-            {
+            m if m.at_kernel_heap() && !records.iter().any(|r| kernel_heap_of(r, p).is_some()) => {
                 skipped(p, "the kernel run under the same limit did not finish")
             }
             _ => {
@@ -623,10 +629,7 @@ pub fn run(cfg: &BenchConfig) -> Result<PathBuf, String> {
                 if let (true, Some(l)) = (rc.agent, &cfg.emulate_latency) {
                     rc.options.set("latency", l).map_err(|e| e.to_string())?;
                 }
-                if matches!(
-                    p.mode,
-                    Mode::MemlinerKernelHeap | Mode::MemlinerInProcessKernelHeap
-                ) {
+                if p.mode.at_kernel_heap() {
                     if let Some(heap) = records.iter().find_map(|r| kernel_heap_of(r, p)) {
                         rc.options.budget = Budget::Bytes(heap as u64 / 1024 * 1024);
                     }
